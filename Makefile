@@ -1,0 +1,36 @@
+# The README's two commands: `make chat` (set up, then chat with the bundled demo model set) and
+# `make test` (set up, then run the test suite). Both are idempotent; a second run rebuilds nothing.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: chat test native setup clean
+
+chat: setup
+	$(VENV)/bin/assistant chat
+
+test: setup $(VENV)/.test-extras
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+setup: $(VENV)/.installed native
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Builds (or finds in ~/.cache/assistant/native) the patched llama-cpp-python and installs it if needed.
+native: $(PY)
+	$(PY) native/build.py --install
+
+$(VENV)/.installed: pyproject.toml | native
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test-extras: pyproject.toml | $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,49 @@
+"""`assistant` and its subcommands. Each command is a module in ``assistant.commands`` with a one-line
+``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports stay inside ``run`` so that
+``assistant --help`` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from assistant import __version__
+from assistant.errors import AssistantError
+
+COMMANDS = ("chat", "generate", "convert", "pull", "models", "bench", "doctor")
+DEFAULT_COMMAND = "chat"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="assistant",
+        description="A local, offline coding assistant. Answers come from a BF16 model, sped up by "
+        "multi-level speculative decoding (small draft -> MXFP4 copy -> BF16 target). "
+        "Bare `assistant` opens the chat.",
+        epilog="Run `assistant COMMAND --help` for the options of one command.",
+    )
+    parser.add_argument("--version", action="version", version=f"assistant {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"assistant.commands.{name}")
+        command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, DEFAULT_COMMAND)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except AssistantError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

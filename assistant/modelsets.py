@@ -1,0 +1,151 @@
+"""Model sets: named chains of GGUF files, target first, each next one a cheaper draft of the one before.
+
+The registry is one JSON file in the models directory, written atomically:
+
+    {"default": "demo", "sets": {"demo": {"levels": [{"role": "target", "path": "demo.bf16.gguf"}, ...]}}}
+
+Paths are stored relative to the models directory when they live inside it, so the directory can move.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assistant import home
+
+REGISTRY_NAME = "modelsets.json"
+
+
+class ModelSetError(Exception):
+    """A model set that is missing, malformed or points at missing files; the message says which."""
+
+
+@dataclass(frozen=True)
+class Level:
+    role: str  # "target", "mxfp4" (direct cast of the target), "draft" (a smaller model), or free text
+    path: Path
+
+    @property
+    def size_bytes(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+
+@dataclass
+class ModelSet:
+    name: str
+    levels: list[Level] = field(default_factory=list)
+
+    @property
+    def target(self) -> Level:
+        return self.levels[0]
+
+    def missing_files(self) -> list[Path]:
+        return [level.path for level in self.levels if not level.path.exists()]
+
+    def first(self, count: int) -> "ModelSet":
+        """The chain cut to its first ``count`` levels (1 = the target alone)."""
+        if not 1 <= count <= len(self.levels):
+            raise ModelSetError(f"model set {self.name!r} has {len(self.levels)} levels, not {count}")
+        return ModelSet(self.name, self.levels[:count])
+
+
+def registry_path(models_dir: Path | None = None) -> Path:
+    return (models_dir or home.models_dir()) / REGISTRY_NAME
+
+
+def _read(models_dir: Path) -> dict:
+    path = registry_path(models_dir)
+    if not path.exists():
+        return {"default": None, "sets": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ModelSetError(f"{path}: not a readable model-set registry ({error})") from None
+    data.setdefault("default", None)
+    data.setdefault("sets", {})
+    return data
+
+
+def _write(models_dir: Path, data: dict) -> None:
+    path = registry_path(models_dir)
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(partial, path)
+
+
+def _resolve(models_dir: Path, stored: str) -> Path:
+    path = Path(stored)
+    return path if path.is_absolute() else models_dir / path
+
+
+def _store(models_dir: Path, path: Path) -> str:
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(models_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def list_sets(models_dir: Path | None = None) -> tuple[list[ModelSet], str | None]:
+    """All registered model sets and the name of the default one."""
+    models_dir = models_dir or home.models_dir()
+    data = _read(models_dir)
+    sets = [
+        ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"])) for lv in entry["levels"]])
+        for name, entry in data["sets"].items()
+    ]
+    return sets, data["default"]
+
+
+def get(name: str | None = None, models_dir: Path | None = None) -> ModelSet:
+    """The named model set, or the default one when ``name`` is None."""
+    sets, default = list_sets(models_dir)
+    wanted = name or default
+    if wanted is None:
+        raise ModelSetError("no model set is registered: run `assistant convert` or `assistant pull` first")
+    for model_set in sets:
+        if model_set.name == wanted:
+            return model_set
+    known = ", ".join(s.name for s in sets) or "none"
+    raise ModelSetError(f"no model set named {wanted!r} (registered: {known})")
+
+
+def register(name: str, levels: list[Level], make_default: bool = False, models_dir: Path | None = None) -> ModelSet:
+    """Add or replace a model set; the first one registered becomes the default."""
+    if not levels:
+        raise ModelSetError(f"model set {name!r} needs at least one level")
+    models_dir = models_dir or home.models_dir()
+    data = _read(models_dir)
+    data["sets"][name] = {"levels": [{"role": lv.role, "path": _store(models_dir, lv.path)} for lv in levels]}
+    if make_default or data["default"] is None:
+        data["default"] = name
+    _write(models_dir, data)
+    return ModelSet(name, list(levels))
+
+
+def remove(name: str, delete_files: bool = False, models_dir: Path | None = None) -> ModelSet:
+    """Unregister a model set; with ``delete_files`` also delete GGUF files no other set uses."""
+    models_dir = models_dir or home.models_dir()
+    model_set = get(name, models_dir)
+    data = _read(models_dir)
+    del data["sets"][name]
+    if data["default"] == name:
+        data["default"] = next(iter(data["sets"]), None)
+    _write(models_dir, data)
+    if delete_files:
+        still_used = {lv.path for s in list_sets(models_dir)[0] for lv in s.levels}
+        for level in model_set.levels:
+            if level.path not in still_used and level.path.exists():
+                level.path.unlink()
+    return model_set
+
+
+def set_default(name: str, models_dir: Path | None = None) -> None:
+    models_dir = models_dir or home.models_dir()
+    get(name, models_dir)
+    data = _read(models_dir)
+    data["default"] = name
+    _write(models_dir, data)

@@ -1,0 +1,21 @@
+// assistant's CPU kernels for llama.cpp: an extra buffer type of ggml-cpu that owns MXFP4 and BF16
+// weights and computes MUL_MAT for small batches in one pass over the weights.
+#pragma once
+
+#include "ggml-backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The buffer type to list ahead of the stock REPACK type, or NULL when every kernel is switched to stock
+// (ASSISTANT_MXFP4_KERNEL=stock and ASSISTANT_BF16_KERNEL=stock, read once at start-up).
+ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void);
+
+// One line naming each kernel and the instruction path it runs, e.g. "mxfp4=avx512-vnni bf16=avx512-bf16";
+// "stock" for a kernel switched off. Exported so `assistant doctor` can read it through ctypes.
+GGML_BACKEND_API const char * assistant_kernels_describe(void);
+
+#ifdef __cplusplus
+}
+#endif
