@@ -1,0 +1,73 @@
+"""The chat's only contact with the generation backend: load a model set, stream one saved answer.
+
+Kept this small so the UI can run it in a worker thread and every failure arrives as one AssistantError."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from assistant.chat.recorder import AnswerRecorder, stats_dict
+from assistant.chat.settings import ChatSettings
+from assistant.chat.store import Message, Store
+from assistant.errors import AssistantError
+from assistant.modelsets import ModelSet, ModelSetError
+
+Show = Callable[[list[tuple[int, str]]], None]
+
+
+def load_pipeline(model_set: ModelSet, settings: ChatSettings):
+    """Load ``model_set`` cut to the levels the settings ask for; any failure becomes an AssistantError."""
+    from assistant.speculative import Pipeline
+
+    try:
+        levels = model_set.first(settings.level_count(len(model_set.levels)))
+        missing = levels.missing_files()
+        if missing:
+            raise AssistantError(f"model set {model_set.name!r}: missing file {missing[0]}")
+        return Pipeline.load(levels, n_ctx=settings.n_ctx)
+    except (AssistantError, ModelSetError):
+        raise
+    except Exception as error:  # the backend is native code underneath: never let it take the UI down
+        raise AssistantError(f"cannot load model set {model_set.name!r}: {error}") from error
+
+
+def prompt_messages(system_prompt: str, history: list[Message]) -> list[dict]:
+    """What the model sees: the system prompt, then user and assistant turns (errors are for people only)."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+    messages += [{"role": m.role, "content": m.content} for m in history if m.role in ("user", "assistant")]
+    return messages
+
+
+def generate(
+    pipeline,
+    store: Store,
+    answer_id: int,
+    messages: list[dict],
+    settings: ChatSettings,
+    cancel: threading.Event,
+    show: Show,
+) -> dict:
+    """Stream an answer into message ``answer_id``; ``show`` gets each piece only after it is committed.
+
+    Returns the run's statistics as a dict (``stop_reason`` "cancelled" when ``cancel`` was set)."""
+    from assistant.speculative import Sampling, Stats
+
+    recorder = AnswerRecorder(store, answer_id)
+    stats = None
+    try:
+        sampling = Sampling(temperature=settings.temperature)
+        for event in pipeline.chat(messages, sampling=sampling, max_tokens=settings.max_tokens, cancel=cancel):
+            if isinstance(event, Stats):
+                stats = stats_dict(event)
+                break
+            pieces = recorder.add(event.level, event.text)
+            if pieces:
+                show(pieces)
+    except Exception as error:
+        show(recorder.flush())  # keep and show what came before the failure
+        if isinstance(error, AssistantError):
+            raise
+        raise AssistantError(f"generation failed: {error}") from error
+    show(recorder.flush(stats, complete=bool(stats) and stats.get("stop_reason") != "cancelled"))
+    return stats or {"stop_reason": "cancelled" if cancel.is_set() else "unknown", "levels": []}

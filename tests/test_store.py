@@ -1,0 +1,150 @@
+"""The conversation store on a real SQLite file: migrations, WAL, search, and durability against kill -9."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from assistant import home
+from assistant.chat import export, settings
+from assistant.chat.codeblocks import code_blocks
+from assistant.chat.migrations import MIGRATIONS
+from assistant.chat.store import DEFAULT_TITLE, Store, title_from
+from assistant.errors import AssistantError
+
+
+def test_migrations_run_once_in_order_and_wal_is_on():
+    store = Store()
+    names = [row[0] for row in store.db.execute("SELECT name FROM migrations ORDER BY rowid")]
+    assert names == [name for name, _ in MIGRATIONS]
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    again = Store()  # reopening applies nothing twice
+    assert [r[0] for r in again.db.execute("SELECT name FROM migrations")] == names
+    assert again.path == home.database_path()
+
+
+def test_an_older_database_is_upgraded_without_losing_data(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    from assistant.chat import migrations
+
+    first_name, first_script = MIGRATIONS[0]
+    db.executescript(first_script)
+    migrations.applied(db)
+    db.execute("INSERT INTO migrations VALUES (?, 0)", (first_name,))
+    db.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 0, 0)")
+    db.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'hi', 0)")
+    db.close()
+    store = Store(path)
+    (message,) = store.messages(1)
+    assert (message.content, message.provenance, message.complete) == ("hi", [], True)
+
+
+def test_conversations_messages_rename_search_delete():
+    store = Store()
+    first = store.new_conversation()
+    assert first.title == DEFAULT_TITLE
+    store.add_message(first.id, "user", "\n  Write a function that parses CSV files with quoted fields\nplease")
+    assert store.conversation(first.id).title == title_from("Write a function that parses CSV files with quoted fields")
+    assert store.conversation(first.id).title.endswith("…")
+    answer = store.add_message(first.id, "assistant", "", complete=False)
+    store.update_answer(answer.id, "def parse(): pass", [(2, "def parse"), (0, "(): pass")], {"new_tokens": 5}, True)
+    time.sleep(0.01)
+    second = store.new_conversation(system_prompt="be brief")
+    store.add_message(second.id, "user", "sort a list")
+    assert [c.id for c in store.conversations()] == [second.id, first.id]
+    assert [c.id for c in store.conversations("PARSE()")] == [first.id]  # message text, any case
+    assert [c.id for c in store.conversations("sort")] == [second.id]  # title
+    assert store.conversations("100%") == []  # LIKE wildcards are literal
+    store.rename(first.id, "CSV parser")
+    assert store.conversation(first.id).title == "CSV parser"
+    saved = store.messages(first.id)[1]
+    assert (saved.content, saved.provenance, saved.stats, saved.complete) == (
+        "def parse(): pass", [(2, "def parse"), (0, "(): pass")], {"new_tokens": 5}, True)
+    store.delete(first.id)
+    assert [c.id for c in store.conversations()] == [second.id]
+    assert store.messages(first.id) == []  # messages go with their conversation
+    with pytest.raises(AssistantError, match="no conversation"):
+        store.conversation(first.id)
+
+
+def test_an_unreadable_database_is_an_assistant_error(tmp_path):
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(AssistantError, match="bad.sqlite3"):
+        Store(bad)
+
+
+def test_kill_9_while_writing_loses_nothing_committed(tmp_path):
+    """A writer commits pieces and reports each one after its commit; kill -9 it mid-stream."""
+    path = tmp_path / "db.sqlite3"
+    writer = textwrap.dedent(f"""
+        import sys, time
+        from assistant.chat.recorder import AnswerRecorder
+        from assistant.chat.store import Store
+        store = Store({str(path)!r})
+        conversation = store.new_conversation()
+        store.add_message(conversation.id, "user", "count")
+        answer = store.add_message(conversation.id, "assistant", "", complete=False)
+        recorder = AnswerRecorder(store, answer.id, interval=0)
+        n = 0
+        while True:
+            shown = recorder.add(n % 3, f"tok{{n}} ")
+            print("".join(text for _, text in shown), end="", flush=True)  # what a UI would show
+            n += 1
+            time.sleep(0.002)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    shown = ""
+    while shown.count("tok") < 200:
+        shown += os.read(process.stdout.fileno(), 65536).decode()
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    shown += process.stdout.read()
+    messages = Store(path).messages(1)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].content.startswith(shown)
+    assert not messages[1].complete
+    assert "".join(text for _, text in messages[1].provenance) == messages[1].content
+
+
+def test_settings_round_trip_and_keep_other_sections():
+    path = home.config_path()
+    path.write_text(json.dumps({"other": {"x": 1}}))
+    assert settings.load() == settings.ChatSettings()
+    chosen = settings.ChatSettings(temperature=0.7, max_tokens=64, speculation=False, keymap={"new_chat": "ctrl+t"})
+    settings.save(chosen)
+    assert settings.load() == chosen
+    assert json.loads(path.read_text())["other"] == {"x": 1}
+    assert chosen.level_count(3) == 1
+    assert settings.ChatSettings(levels=2).level_count(3) == 2
+    assert settings.ChatSettings(levels=9).level_count(3) == 3
+    path.write_text("{broken")
+    with pytest.raises(AssistantError, match="config"):
+        settings.load()
+
+
+def test_export_to_markdown_and_code_blocks():
+    store = Store()
+    conversation = store.new_conversation(system_prompt="You write Python.")
+    store.add_message(conversation.id, "user", "Add two numbers")
+    answer = store.add_message(conversation.id, "assistant", "", complete=False)
+    store.update_answer(answer.id, "Here:\n```python\ndef add(a, b):\n    return a + b\n```\n", [], None, False)
+    path = export.export(store.conversation(conversation.id), store.messages(conversation.id))
+    text = path.read_text()
+    assert path.parent == home.data_dir() / "exports" and path.name == f"{conversation.id}-add-two-numbers.md"
+    assert text.startswith("# Add two numbers\n")
+    assert "## System\n\nYou write Python." in text
+    assert "## You\n\nAdd two numbers" in text
+    assert "## Assistant (stopped)\n\nHere:\n```python\ndef add(a, b):" in text
+    (block,) = code_blocks(store.messages(conversation.id)[1].content)
+    assert (block.language, block.code) == ("python", "def add(a, b):\n    return a + b\n")
+    assert block.label == "python, 2 lines: def add(a, b):"
+    assert [b.code for b in code_blocks("```\nunclosed\nstill")] == ["unclosed\nstill"]
