@@ -1,13 +1,40 @@
-"""Placeholder: `assistant chat` is being built (see the issue tracker)."""
+"""Open the terminal chat. Answers stream from the chosen model set through multi-level speculative
+decoding; conversations are saved in the user data directory. With no model set registered, the bundled
+demo set (a toy trained for benchmarks) is converted and used."""
 
-from assistant.errors import AssistantError
+from __future__ import annotations
 
-HELP = "(not built yet)"
+HELP = "chat in the terminal (the default command)"
 
 
-def add_arguments(parser):
-    pass
+def add_arguments(parser) -> None:
+    parser.add_argument("--model-set", "-m", metavar="NAME", help="model set to use (default: the last used, "
+                        "else the registry's default); remembered for next time")
+    parser.add_argument("--new", action="store_true", help="start a new conversation instead of resuming the last")
+    parser.add_argument("--resume", type=int, metavar="ID", help="open the conversation with this id")
 
 
 def run(args) -> int:
-    raise AssistantError("`assistant chat` is not built yet")
+    from assistant import modelsets
+    from assistant.chat import settings as chat_settings
+    from assistant.chat.store import Store
+
+    settings = chat_settings.load()
+    if args.model_set:
+        modelsets.get(args.model_set)  # fail here, with the list of known sets, rather than in the UI
+        settings.model_set = args.model_set
+        chat_settings.save(settings)
+    if not modelsets.list_sets()[0]:
+        from assistant.demo import ensure_demo_set
+
+        print("No model set registered: preparing the bundled demo set (a toy trained for benchmarks)…")
+        ensure_demo_set()
+    store = Store()
+    if args.resume is not None:
+        store.conversation(args.resume)  # a clear error for an unknown id
+
+    from assistant.ui.app import ChatApp
+
+    ChatApp(settings, store, resume=args.resume, resume_latest=not args.new).run()
+    store.close()
+    return 0

@@ -1,0 +1,46 @@
+"""``ChatApp``: holds the settings and the store, applies the user's keymap, and shows the chat screen."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+
+from assistant import home
+from assistant.chat import settings as chat_settings
+from assistant.chat.store import Store
+from assistant.ui.commands import ChatCommands
+from assistant.ui.screens.chat import ChatScreen
+from assistant.ui.screens.help import HelpScreen
+
+
+class ChatApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "assistant"
+    COMMANDS = App.COMMANDS | {ChatCommands}
+    BINDINGS = [
+        Binding("f1", "help", "Help", id="app.help"),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
+    ]
+
+    def __init__(self, settings: chat_settings.ChatSettings | None = None, store: Store | None = None,
+                 resume: int | None = None, resume_latest: bool = True):
+        super().__init__()
+        self.settings = settings or chat_settings.load()
+        self.store = store or Store()
+        self.resume = resume
+        self.resume_latest = resume_latest
+
+    def on_mount(self) -> None:
+        self.set_keymap(self.settings.keymap)
+        self.push_screen(ChatScreen(self.resume))
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        bindings = [active.binding for active in self.screen.active_bindings.values() if active.binding.id]
+        self.push_screen(HelpScreen(bindings, str(home.config_path())))
+
+    def on_unmount(self) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, ChatScreen):
+                screen.cancel.set()

@@ -1,0 +1,77 @@
+"""The command palette's chat commands: every action, plus the settings that have no key of their own.
+
+Built fresh each time the palette opens, so entries follow the state (model sets, code blocks, toggles)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from assistant import modelsets
+
+
+def chat_commands(screen) -> list[tuple[str, str, Callable]]:
+    """(title, help, callback) for each command available on the chat screen."""
+    settings = screen.settings
+    commands = [
+        ("New chat", "Start a new conversation (Ctrl+N)", screen.action_new_chat),
+        ("Regenerate", "Answer the last message again (Ctrl+R)", screen.action_regenerate),
+        ("Stop", "Stop the answer being generated, keeping what it said (Esc)", screen.action_stop),
+        ("Copy last answer", "Copy the last answer to the clipboard", screen.copy_last_answer),
+    ]
+    for number, block in enumerate(screen.code_blocks(), 1):
+        commands.append((f"Copy code block {number} ({block.label})", "Copy this block of the last answer",
+                         partial(screen.copy, block.code, f"code block {number}")))
+    commands += [
+        ("Search conversations", "Find a conversation by title or text", screen.action_search_conversations),
+        ("Rename conversation", "Give this conversation a new title", screen.rename_conversation),
+        ("Delete conversation", "Delete this conversation and its messages", screen.delete_conversation),
+        ("Export conversation to Markdown", "Write this conversation to a .md file", screen.export_conversation),
+        ("Show or hide the conversation list", "Toggle the sidebar (Ctrl+B)", screen.action_toggle_conversations),
+        ("Toggle speculation view", "Colour each token by the model level that proposed it (F3)",
+         screen.action_toggle_speculation_view),
+        ("Set system prompt", f"Now: {settings.system_prompt[:40] or '(none)'}",
+         partial(screen.ask_setting, "System prompt", settings.system_prompt, screen.set_system_prompt)),
+        ("Set temperature", f"Now {settings.temperature:g} (0 = greedy)",
+         partial(screen.ask_setting, "Temperature (0 = greedy)", f"{settings.temperature:g}", screen.set_temperature)),
+        ("Set max tokens", f"Now {settings.max_tokens}",
+         partial(screen.ask_setting, "Max tokens per answer", str(settings.max_tokens), screen.set_max_tokens)),
+        ("Speculation off" if settings.speculation else "Speculation on",
+         "Generate with the target alone" if settings.speculation else "Draft with the cheaper levels again",
+         partial(screen.set_speculation, not settings.speculation)),
+    ]
+    if screen.model_set is not None:
+        for count in range(2, len(screen.model_set.levels) + 1):
+            roles = " ← ".join(level.role for level in screen.model_set.levels[:count])
+            commands.append((f"Use {count} levels", roles, partial(screen.set_speculation, True, count)))
+    try:
+        sets, default = modelsets.list_sets()
+    except modelsets.ModelSetError:
+        sets, default = [], None
+    for model_set in sets:
+        current = " (in use)" if screen.model_set and screen.model_set.name == model_set.name else ""
+        commands.append((f"Switch model set: {model_set.name}{current}",
+                         " ← ".join(level.role for level in model_set.levels),
+                         partial(screen.switch_model_set, model_set.name)))
+    commands.append(("Help", "Keys, binding ids and how to remap them (F1)", screen.app.action_help))
+    return commands
+
+
+class ChatCommands(Provider):
+    def _commands(self):
+        from assistant.ui.screens.chat import ChatScreen
+
+        return chat_commands(self.screen) if isinstance(self.screen, ChatScreen) else []
+
+    async def discover(self) -> Hits:
+        for title, help_text, callback in self._commands():
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, callback in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

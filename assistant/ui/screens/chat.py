@@ -1,0 +1,440 @@
+"""The main screen: conversation list, messages, input, legend and status line, and the work behind them.
+
+Models load and answers generate in worker threads; they hand results back with ``call_from_thread``,
+so the screen stays responsive and a backend failure becomes a message, never a crash."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from assistant import modelsets
+from assistant.chat import backend, export
+from assistant.chat.codeblocks import code_blocks
+from assistant.chat.settings import save as save_settings
+from assistant.chat.store import Conversation, Store
+from assistant.errors import AssistantError
+from assistant.ui.screens.ask import AskScreen, ConfirmScreen
+from assistant.ui.widgets.conversation_list import ConversationList
+from assistant.ui.widgets.levels import legend
+from assistant.ui.widgets.messages import AnswerView, MessageView
+from assistant.ui.widgets.prompt_input import PromptInput
+from assistant.ui.widgets.status_line import StatusLine, describe_stats
+
+STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens limit", "length": "stopped at the max tokens limit",
+              "context": "stopped: the context is full"}
+
+
+def banner_text(model_set_name: str | None) -> str:
+    text = ("Ask for code. Enter sends, Shift+Enter or Ctrl+J adds a line, Esc stops an answer, "
+            "Ctrl+P opens the commands, F1 shows help.")
+    if model_set_name == "demo":
+        from assistant.demo import NOTICE
+
+        text += "\n\n" + NOTICE
+    return text
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+n", "new_chat", "New chat", id="chat.new"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate"),
+        Binding("escape", "stop", "Stop", id="chat.stop"),
+        Binding("ctrl+b", "toggle_conversations", "Chats", id="chat.conversations"),
+        Binding("f3", "toggle_speculation_view", "Speculation view", id="chat.speculation_view"),
+    ]
+
+    def __init__(self, resume: int | None = None):
+        super().__init__()
+        self.resume = resume
+        self.conversation: Conversation | None = None
+        self.model_set: modelsets.ModelSet | None = None
+        self.pipeline = None
+        self.load_error: str | None = None
+        self.ready = threading.Event()  # set once a load finished, successfully or not
+        self.cancel = threading.Event()
+        self.generating = False
+        self.closing = False  # set on unmount: workers then close what they hold instead of reporting
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    @property
+    def settings(self):
+        return self.app.settings
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield ConversationList(id="sidebar")
+            with Vertical(id="chat"):
+                with VerticalScroll(id="messages"):
+                    yield Static(id="banner")
+                yield Static(id="legend")
+                yield PromptInput(id="prompt")
+                yield StatusLine(id="status")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#legend").display = self.settings.speculation_view
+        self.query_one("#messages").anchor()
+        self.query_one(PromptInput).focus()
+        conversation_id = self.resume
+        if conversation_id is None and self.app.resume_latest:
+            latest = self.store.latest_conversation()
+            conversation_id = latest.id if latest else None
+        if conversation_id is not None:
+            await self.open_conversation(conversation_id)
+        self.refresh_conversations()
+        self.load_models()
+
+    # the model set
+
+    def load_models(self) -> None:
+        """Load the chosen model set in a thread; the window stays usable and typing can start at once."""
+        status = self.query_one(StatusLine)
+        old, self.pipeline = self.pipeline, None
+        self.ready.clear()
+        try:
+            self.model_set = modelsets.get(self.settings.model_set)
+        except modelsets.ModelSetError as error:
+            self.model_set = None
+            self._loaded(None, str(error), old)
+            return
+        count = self.settings.level_count(len(self.model_set.levels))
+        roles = [level.role for level in self.model_set.levels[:count]]
+        status.model = f"{self.model_set.name} · " + (" ← ".join(roles) if count > 1 else "target only")
+        status.state = f"loading {count} level{'s' if count > 1 else ''}…"
+        status.speed = status.context = ""
+        status.loading = True
+        self.query_one("#banner", Static).update(banner_text(self.model_set.name))
+        self._load(self.model_set, dataclasses.replace(self.settings), old)
+
+    @work(thread=True, group="load")
+    def _load(self, model_set, settings, old) -> None:
+        if old is not None:
+            old.close()
+        try:
+            pipeline, error = backend.load_pipeline(model_set, settings), None
+        except AssistantError as failure:
+            pipeline, error = None, str(failure)
+        if self.closing:
+            if pipeline is not None:
+                pipeline.close()
+            return
+        self.app.call_from_thread(self._loaded, pipeline, error, None)
+
+    def _loaded(self, pipeline, error: str | None, old) -> None:
+        if old is not None:
+            old.close()
+        self.pipeline, self.load_error = pipeline, error
+        self.ready.set()
+        status = self.query_one(StatusLine)
+        status.loading = False
+        if error:
+            status.state = "no model"
+            self.call_later(self.show_error, error)
+            return
+        self.query_one("#legend", Static).update(legend(list(pipeline.roles)))
+        status.state = "ready"
+        status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
+
+    def switch_model_set(self, name: str) -> None:
+        if self._busy():
+            return
+        self.settings.model_set = name
+        save_settings(self.settings)
+        self.load_models()
+
+    def set_speculation(self, on: bool, levels: int | None = None) -> None:
+        if self._busy():
+            return
+        self.settings.speculation = on
+        if levels is not None:
+            self.settings.levels = levels
+        save_settings(self.settings)
+        self.load_models()
+
+    # conversations
+
+    def refresh_conversations(self, search: str | None = None) -> None:
+        conversation_list = self.query_one(ConversationList)
+        if search is None:
+            search = conversation_list.query_one(Input).value
+        current = self.conversation.id if self.conversation else None
+        conversation_list.show(self.store.conversations(search), current)
+
+    async def open_conversation(self, conversation_id: int) -> None:
+        self.conversation = self.store.conversation(conversation_id)
+        messages = self.query_one("#messages", VerticalScroll)
+        await messages.query(".message").remove()
+        views = []
+        for message in self.store.messages(conversation_id):
+            if message.role == "assistant":
+                note = "" if message.complete else "stopped"
+                views.append(AnswerView(message.id, message.provenance or [(0, message.content)],
+                                        self.settings.speculation_view, note))
+            else:
+                views.append(MessageView(message.role, message.content, message.id))
+        await messages.mount_all(views)
+        messages.anchor()
+
+    async def action_new_chat(self) -> None:
+        if self._busy():
+            return
+        self.conversation = None
+        await self.query_one("#messages").query(".message").remove()
+        self.refresh_conversations()
+        self.query_one(PromptInput).focus()
+
+    def action_toggle_conversations(self) -> None:
+        sidebar = self.query_one(ConversationList)
+        sidebar.display = not sidebar.display
+
+    def action_search_conversations(self) -> None:
+        sidebar = self.query_one(ConversationList)
+        sidebar.display = True
+        sidebar.query_one(Input).focus()
+
+    @on(ConversationList.SearchChanged)
+    def _search(self, event: ConversationList.SearchChanged) -> None:
+        self.refresh_conversations(event.query)
+
+    @on(ConversationList.Chosen)
+    async def _chosen(self, event: ConversationList.Chosen) -> None:
+        if type(event) is not ConversationList.Chosen or self._busy():
+            return
+        await self.open_conversation(event.conversation_id)
+        self.refresh_conversations()
+        self.query_one(PromptInput).focus()
+
+    @on(ConversationList.RenameRequested)
+    def _rename_requested(self, event: ConversationList.RenameRequested) -> None:
+        self.rename_conversation(event.conversation_id)
+
+    @on(ConversationList.DeleteRequested)
+    def _delete_requested(self, event: ConversationList.DeleteRequested) -> None:
+        self.delete_conversation(event.conversation_id)
+
+    def rename_conversation(self, conversation_id: int | None = None) -> None:
+        conversation_id = conversation_id or (self.conversation.id if self.conversation else None)
+        if conversation_id is None:
+            self.notify("Nothing to rename yet: send a message first.")
+            return
+
+        def renamed(title: str | None) -> None:
+            if title is not None:
+                self.store.rename(conversation_id, title)
+                if self.conversation and self.conversation.id == conversation_id:
+                    self.conversation = self.store.conversation(conversation_id)
+                self.refresh_conversations()
+
+        title = self.store.conversation(conversation_id).title
+        self.app.push_screen(AskScreen("Rename conversation", title), renamed)
+
+    def delete_conversation(self, conversation_id: int | None = None) -> None:
+        conversation_id = conversation_id or (self.conversation.id if self.conversation else None)
+        if conversation_id is None or self._busy():
+            return
+
+        async def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.store.delete(conversation_id)
+                if self.conversation and self.conversation.id == conversation_id:
+                    await self.action_new_chat()
+                self.refresh_conversations()
+
+        title = self.store.conversation(conversation_id).title
+        self.app.push_screen(ConfirmScreen(f"Delete “{title}” and all its messages?"), confirmed)
+
+    def export_conversation(self) -> None:
+        if self.conversation is None:
+            self.notify("Nothing to export yet.")
+            return
+        conversation = self.store.conversation(self.conversation.id)
+        path = export.export(conversation, self.store.messages(conversation.id))
+        self.notify(f"Exported to {path}")
+
+    # sending and generating
+
+    @on(PromptInput.Submitted)
+    async def _submitted(self, event: PromptInput.Submitted) -> None:
+        await self.send(event.text)
+
+    async def send(self, text: str) -> None:
+        if self.generating:
+            self.query_one(PromptInput).text = text
+            self.notify("Still answering: Esc stops it.")
+            return
+        if self.conversation is None:
+            self.conversation = self.store.new_conversation(
+                system_prompt=self.settings.system_prompt,
+                model_set=self.model_set.name if self.model_set else None)
+        message = self.store.add_message(self.conversation.id, "user", text)  # committed before generating
+        await self.query_one("#messages").mount(MessageView("user", text, message.id))
+        self.refresh_conversations()
+        await self.start_answer()
+
+    async def start_answer(self) -> None:
+        conversation = self.store.conversation(self.conversation.id)
+        history = self.store.messages(conversation.id)
+        answer = self.store.add_message(conversation.id, "assistant", "", complete=False)
+        view = AnswerView(answer.id, speculation_view=self.settings.speculation_view)
+        messages = self.query_one("#messages", VerticalScroll)
+        await messages.mount(view)
+        messages.anchor()
+        self.cancel = threading.Event()
+        self.generating = True
+        self.query_one(StatusLine).state = "answering…" if self.ready.is_set() else "waiting for the model…"
+        prompt = backend.prompt_messages(conversation.system_prompt, history)
+        self._generate(view, answer.id, prompt, dataclasses.replace(self.settings), self.cancel)
+
+    @work(thread=True, group="generate")
+    def _generate(self, view: AnswerView, answer_id: int, prompt: list[dict], settings, cancel: threading.Event) -> None:
+        while not self.ready.wait(0.1):
+            if cancel.is_set():
+                self.app.call_from_thread(self._finished, view, {"stop_reason": "cancelled"}, None, None)
+                return
+        stats = error = context = None
+        store = Store(self.store.path)  # SQLite connections stay in the thread that made them
+        try:
+            if self.pipeline is None:
+                raise AssistantError(self.load_error or "no model is loaded")
+            def show(pieces):
+                if not self.closing:
+                    self.app.call_from_thread(view.add_pieces, pieces)
+
+            stats = backend.generate(self.pipeline, store, answer_id, prompt, settings, cancel, show)
+            context = (self.pipeline.context_used, self.pipeline.n_ctx)
+        except AssistantError as failure:
+            error = str(failure)
+        except Exception as failure:  # never let a backend bug kill the app
+            error = f"unexpected error: {failure!r}"
+        finally:
+            store.close()
+        if self.closing:
+            if self.pipeline is not None:
+                self.pipeline.close()
+            return
+        self.app.call_from_thread(self._finished, view, stats, error, context)
+
+    async def _finished(self, view: AnswerView, stats: dict | None, error: str | None, context) -> None:
+        self.generating = False
+        status = self.query_one(StatusLine)
+        status.state = "ready" if self.pipeline is not None else "no model"
+        if context:
+            status.context = f"ctx {context[0]}/{context[1]}"
+        if stats:
+            status.speed = describe_stats(stats)
+        await view.finish(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
+        if error:
+            if not view.text:
+                self.store.delete_message(view.message_id)
+                await view.remove()
+            await self.show_error(error)
+        if self.conversation:
+            self.store.touch(self.conversation.id, self.model_set.name if self.model_set else None)
+            self.refresh_conversations()
+
+    async def show_error(self, error: str) -> None:
+        """An error is part of the conversation (saved, never sent to the model) or, with none open, a toast."""
+        if self.conversation is None:
+            self.notify(error, title="Error", severity="error", timeout=10)
+            return
+        message = self.store.add_message(self.conversation.id, "error", error)
+        await self.query_one("#messages").mount(MessageView("error", error, message.id))
+        self.query_one("#messages").anchor()
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self.cancel.set()
+            self.query_one(StatusLine).state = "stopping…"
+
+    async def action_regenerate(self) -> None:
+        if self._busy() or self.conversation is None:
+            return
+        messages = self.store.messages(self.conversation.id)
+        users = [i for i, m in enumerate(messages) if m.role == "user"]
+        if not users:
+            return
+        for message in messages[users[-1] + 1:]:
+            self.store.delete_message(message.id)
+            for view in self.query(".message"):
+                if getattr(view, "message_id", None) == message.id:
+                    await view.remove()
+        await self.start_answer()
+
+    def _busy(self) -> bool:
+        if self.generating:
+            self.notify("Still answering: press Esc to stop it first.")
+        return self.generating
+
+    # settings and clipboard
+
+    def action_toggle_speculation_view(self) -> None:
+        self.settings.speculation_view = not self.settings.speculation_view
+        save_settings(self.settings)
+        self.query_one("#legend").display = self.settings.speculation_view
+        for view in self.query(AnswerView):
+            view.set_speculation_view(self.settings.speculation_view)
+
+    def last_answer(self) -> str:
+        answers = list(self.query(AnswerView))
+        return answers[-1].text if answers else ""
+
+    def copy(self, text: str, what: str) -> None:
+        if not text:
+            self.notify(f"No {what} to copy.")
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify(f"Copied the {what}.")
+
+    def copy_last_answer(self) -> None:
+        self.copy(self.last_answer(), "last answer")
+
+    def code_blocks(self):
+        return code_blocks(self.last_answer())
+
+    def ask_setting(self, question: str, value: str, apply) -> None:
+        """Ask for one value; ``apply`` parses and stores it, raising ValueError to reject it."""
+        def answered(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                apply(text.strip())
+            except ValueError as error:
+                self.notify(f"Not changed: {error}", severity="error")
+                return
+            save_settings(self.settings)
+
+        self.app.push_screen(AskScreen(question, value), answered)
+
+    def set_system_prompt(self, text: str) -> None:
+        self.settings.system_prompt = text
+        if self.conversation is not None:
+            self.store.set_system_prompt(self.conversation.id, text)
+
+    def set_temperature(self, text: str) -> None:
+        value = float(text)
+        if not 0 <= value <= 5:
+            raise ValueError("the temperature must be between 0 (greedy) and 5")
+        self.settings.temperature = value
+
+    def set_max_tokens(self, text: str) -> None:
+        value = int(text)
+        if value < 1:
+            raise ValueError("max tokens must be at least 1")
+        self.settings.max_tokens = value
+
+    def on_unmount(self) -> None:
+        self.closing = True
+        self.cancel.set()
+        if not self.generating and self.pipeline is not None:
+            self.pipeline.close()

@@ -1,0 +1,1 @@
+"""The chat's widgets, one concept per module."""

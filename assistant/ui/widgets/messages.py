@@ -1,0 +1,87 @@
+"""One message in the conversation: the user's text, an error, or an answer that can stream.
+
+An answer keeps two renderings, Markdown and the coloured speculation view, and shows one of them."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, Markdown, Static
+
+from assistant.ui.widgets.levels import coloured
+
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
+
+
+class MessageView(Vertical):
+    """A finished, non-streaming message (the user's, or an error from the backend)."""
+
+    def __init__(self, role: str, content: str, message_id: int | None = None):
+        super().__init__(classes=f"message {role}")
+        self.role = role
+        self.content = content
+        self.message_id = message_id
+
+    def compose(self) -> ComposeResult:
+        yield Label(ROLE_TITLES.get(self.role, self.role), classes="role")
+        yield Static(Text(self.content), classes="body")
+
+
+class AnswerView(Vertical):
+    """The assistant's answer; ``add_pieces`` appends (level, text) pieces as they are committed."""
+
+    def __init__(self, message_id: int, provenance: list[tuple[int, str]] | None = None,
+                 speculation_view: bool = False, note: str = ""):
+        super().__init__(classes="message assistant")
+        self.message_id = message_id
+        self.provenance: list[tuple[int, str]] = list(provenance or [])
+        self.speculation_view = speculation_view
+        self.note = note
+        self._stream = None
+
+    @property
+    def text(self) -> str:
+        return "".join(piece for _, piece in self.provenance)
+
+    def compose(self) -> ComposeResult:
+        yield Label("Assistant", classes="role")
+        markdown = Markdown(self.text, classes="body")
+        markdown.display = not self.speculation_view
+        yield markdown
+        speculation = Static(coloured(self.provenance), classes="body speculation")
+        speculation.display = self.speculation_view
+        yield speculation
+        note = Label(self.note, classes="note")
+        note.display = bool(self.note)
+        yield note
+
+    def set_speculation_view(self, on: bool) -> None:
+        self.speculation_view = on
+        self.query_one(Markdown).display = not on
+        self.query_one(".speculation", Static).display = on
+
+    async def add_pieces(self, pieces: list[tuple[int, str]]) -> None:
+        if not pieces:
+            return
+        for level, text in pieces:
+            if self.provenance and self.provenance[-1][0] == level:
+                self.provenance[-1] = (level, self.provenance[-1][1] + text)
+            else:
+                self.provenance.append((level, text))
+        self.query_one(".speculation", Static).update(coloured(self.provenance))
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self.query_one(Markdown))
+        await self._stream.write("".join(text for _, text in pieces))
+
+    async def finish(self, note: str = "") -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.set_note(note)
+
+    def set_note(self, note: str) -> None:
+        self.note = note
+        label = self.query_one(".note", Label)
+        label.update(note)
+        label.display = bool(note)

@@ -1,0 +1,53 @@
+"""The line under the input: model set and levels, what the engine is doing, speed, acceptance, context.
+
+Loading shows an indeterminate progress bar, since llama.cpp reports no progress we could forward."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.widgets import Label, ProgressBar
+
+
+def describe_stats(stats: dict | None) -> str:
+    """Speed and the acceptance ratio of each level that proposed tokens, e.g. "41.2 tok/s · α mxfp4 92%"."""
+    if not stats:
+        return ""
+    parts = []
+    if stats.get("tokens_per_second"):
+        parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
+    drafted = [lv for lv in stats.get("levels", []) if lv.get("proposed")]
+    if drafted:
+        parts.append("α " + " ".join(f"{lv['role']} {lv['acceptance']:.0%}" for lv in drafted))
+    return " · ".join(parts)
+
+
+class StatusLine(Horizontal):
+    model = reactive("", layout=True)
+    state = reactive("", layout=True)
+    speed = reactive("", layout=True)
+    context = reactive("", layout=True)
+    loading = reactive(False)
+
+    def compose(self) -> ComposeResult:
+        yield Label(id="status-model")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="status-progress")
+        yield Label(id="status-state")
+        yield Label(id="status-speed")
+        yield Label(id="status-context")
+
+    def watch_model(self, value: str) -> None:
+        self.query_one("#status-model", Label).update(value)
+
+    def watch_state(self, value: str) -> None:
+        self.query_one("#status-state", Label).update(value)
+
+    def watch_speed(self, value: str) -> None:
+        self.query_one("#status-speed", Label).update(value)
+
+    def watch_context(self, value: str) -> None:
+        self.query_one("#status-context", Label).update(value)
+
+    def watch_loading(self, value: bool) -> None:
+        self.query_one("#status-progress", ProgressBar).display = value
