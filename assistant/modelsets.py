@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistant import home
+from assistant.errors import AssistantError
 
 REGISTRY_NAME = "modelsets.json"
 
 
-class ModelSetError(Exception):
+class ModelSetError(AssistantError):
     """A model set that is missing, malformed or points at missing files; the message says which."""
 
 
@@ -136,11 +137,22 @@ def remove(name: str, delete_files: bool = False, models_dir: Path | None = None
         data["default"] = next(iter(data["sets"]), None)
     _write(models_dir, data)
     if delete_files:
-        still_used = {lv.path for s in list_sets(models_dir)[0] for lv in s.levels}
-        for level in model_set.levels:
-            if level.path not in still_used and level.path.exists():
-                level.path.unlink()
+        for path in deletable_files(model_set, models_dir):
+            path.unlink()
     return model_set
+
+
+def deletable_files(model_set: ModelSet, models_dir: Path | None = None) -> list[Path]:
+    """The set's files that no other registered set uses and that live in the models directory (files
+    elsewhere were made by the user, e.g. `assistant convert --outdir`, and stay theirs)."""
+    models_dir = (models_dir or home.models_dir()).resolve()
+    others = {lv.path.resolve() for s in list_sets(models_dir)[0] if s.name != model_set.name for lv in s.levels}
+    files = []
+    for level in model_set.levels:
+        path = level.path.resolve()
+        if path.exists() and path not in others and path.is_relative_to(models_dir) and path not in files:
+            files.append(path)
+    return files
 
 
 def set_default(name: str, models_dir: Path | None = None) -> None:

@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.home",
     "tests.fixtures.checkpoints",
     "tests.fixtures.models",
+    "tests.fixtures.hub",
 ]
 
 

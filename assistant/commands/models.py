@@ -1,13 +1,71 @@
-"""Placeholder: `assistant models` is being built (see the issue tracker)."""
+"""List, remove and choose model sets: the chains of GGUF files (target first, then each cheaper draft)
+that `assistant chat`, `generate` and `bench` run. `assistant pull` and `assistant convert` add them."""
 
-from assistant.errors import AssistantError
+from __future__ import annotations
 
-HELP = "(not built yet)"
+import sys
+
+HELP = "list model sets, remove one, or choose the default"
 
 
 def add_arguments(parser):
-    pass
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.add_parser("list", help="list model sets with their levels, files and sizes (the default action)")
+    remove = sub.add_parser("remove", help="unregister a model set")
+    remove.add_argument("name", metavar="NAME")
+    remove.add_argument("--delete-files", action="store_true",
+                        help="also delete its GGUF files that no other model set uses")
+    default = sub.add_parser("default", help="make NAME the model set used when none is named")
+    default.add_argument("name", metavar="NAME")
 
 
 def run(args) -> int:
-    raise AssistantError("`assistant models` is not built yet")
+    action = getattr(args, "action", None) or "list"
+    if action == "remove":
+        remove(args.name, args.delete_files)
+    elif action == "default":
+        from assistant import modelsets
+
+        modelsets.set_default(args.name)
+        print(f"{args.name!r} is now the default model set")
+    else:
+        list_sets()
+    return 0
+
+
+def list_sets(out=None) -> None:
+    from assistant import home, modelsets
+    from assistant.diskspace import format_size
+
+    out = out or sys.stdout
+    sets, default = modelsets.list_sets()
+    if not sets:
+        print(f"no model sets in {home.models_dir()}: add one with `assistant pull REPO_ID` or "
+              "`assistant convert CHECKPOINT`", file=out)
+        return
+    for model_set in sets:
+        total = sum(level.size_bytes for level in model_set.levels)
+        marker = "* " if model_set.name == default else "  "
+        note = "  (default)" if model_set.name == default else ""
+        print(f"{marker}{model_set.name}  {len(model_set.levels)} levels, {format_size(total)}{note}", file=out)
+        for number, level in enumerate(model_set.levels):
+            size = format_size(level.size_bytes) if level.path.exists() else "MISSING"
+            print(f"    {number}  {level.role:<7} {size:>9}  {level.path}", file=out)
+
+
+def remove(name: str, delete_files: bool, out=None) -> None:
+    from assistant import modelsets
+
+    out = out or sys.stdout
+    model_set = modelsets.get(name)
+    doomed = modelsets.deletable_files(model_set) if delete_files else []
+    modelsets.remove(name, delete_files=delete_files)
+    print(f"removed model set {name!r}", file=out)
+    for path in doomed:
+        print(f"  deleted {path}", file=out)
+    for level in model_set.levels:
+        if delete_files and level.path.resolve() not in doomed and level.path.exists():
+            print(f"  kept {level.path} (used by another model set or outside the models directory)", file=out)
+    new_default = modelsets.list_sets()[1]
+    if new_default:
+        print(f"default model set: {new_default}", file=out)
