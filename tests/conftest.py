@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.fixtures.checkpoints",
     "tests.fixtures.models",
     "tests.fixtures.hub",
+    "tests.fixtures.chat",
 ]
 
 
