@@ -1,0 +1,40 @@
+// BF16 x BF16 small-batch matrix multiply with f32 accumulation: every column in one pass over the weights.
+// Plain C API with no ggml dependency, so tests can compile and call it directly.
+//
+// Packed layout (same size as the row-major BF16 matrix): rows grouped in tiles of 16; within a tile, for
+// each pair of values k, k+1, the 16 rows' pairs side by side (64 bytes), which is one vdpbf16ps operand
+// producing 16 row sums at once. A last tile of R < 16 rows uses the same scheme with R rows.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { BF16_TILE_ROWS = 16 };
+
+// Instruction paths; bf16_set_path() lets tests compare them. Returns the path in use after the call.
+// The AVX2/FMA path widens bf16 to f32 and is bit-identical to the scalar path; AVX512-BF16 rounds its
+// pairwise dot products differently, so it agrees with them only to float rounding.
+enum bf16_path { BF16_PATH_AUTO = 0, BF16_PATH_SCALAR = 1, BF16_PATH_AVX2 = 2, BF16_PATH_AVX512_BF16 = 3 };
+int bf16_set_path(int path);
+const char * bf16_path_name(void);
+
+// Repack M rows of K bf16 values (K a multiple of 32) into our layout, and back.
+void bf16_pack(const uint16_t * rows, void * packed, int64_t M, int64_t K);
+void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K);
+
+// Round one column of K floats to bf16 (round to nearest even).
+void bf16_convert_act(const float * x, uint16_t * act, int64_t K);
+
+// dst[col * dst_stride + row] = sum_k W[row, k] * A[k, col] for rows [row_begin, row_end) and N columns,
+// act holding N bf16 columns act_stride elements apart. row_begin is a multiple of 16 and row_end a
+// multiple of 16 or M; a column's result does not depend on N or on the split.
+void bf16_gemm(const void * packed, int64_t M, int64_t K, const uint16_t * act, int64_t act_stride, int64_t N,
+               float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
+
+#ifdef __cplusplus
+}
+#endif

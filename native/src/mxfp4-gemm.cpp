@@ -1,0 +1,335 @@
+// MXFP4 x int8 small-batch matrix multiply; layout and contract in mxfp4-gemm.h.
+//
+// Arithmetic, identical on every path so the paths agree bit for bit:
+//   isum  = sum over the 32 values of a block of (code value * 2 + 12) * q   - 12 * sum(q)   (exact, int32)
+//   acc   = fma(float(isum), scale_w * scale_a, acc)                         block by block, in order
+// The doubled E2M1 values (0, 1, 2, 3, 4, 6, 8, 12 and negatives) plus 12 fit vpdpbusd's unsigned
+// operand; the activation side carries -12 * sum(q) per block, computed once at quantization, and the
+// exponent's factor 1/2 undoes the doubling. Each column has its own accumulators, so its result does not
+// depend on how many other columns share the pass or which thread owns the tile.
+#include "mxfp4-gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#    include <immintrin.h>
+#    define MXFP4_X86 1
+#endif
+
+namespace {
+
+constexpr int kTile   = MXFP4_TILE_ROWS;
+constexpr int kBlock  = MXFP4_BLOCK;
+constexpr int kOffset = 12;
+constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// E8M0 exponent -> 2^(e - 127) / 2 (the half undoes the doubled code values).
+struct ScaleTable {
+    float v[256];
+    ScaleTable() {
+        for (int e = 0; e < 256; ++e) v[e] = std::ldexp(0.5f, e - 127);
+    }
+};
+const ScaleTable kScale;
+
+struct Column {
+    const int8_t *  q;
+    const float *   d;
+    const int32_t * bias;
+};
+
+Column column(const void * act, size_t stride, int64_t j, int64_t K) {
+    const int8_t * q = (const int8_t *) act + j * stride;
+    const float *  d = (const float *) (q + K);
+    return {q, d, (const int32_t *) (d + K / kBlock)};
+}
+
+size_t tile_bytes(int rows, int64_t nb) { return (size_t) rows * nb * MXFP4_BLOCK_BYTES; }
+
+// Code byte i (0..15) of row r in block b of a tile with R rows.
+inline uint8_t code_byte(const uint8_t * blk, int R, int r, int i) { return blk[R + (i / 4) * 4 * R + 4 * r + i % 4]; }
+
+void tile_scalar(const uint8_t * tile, int R, int64_t nb, const Column * cols, int nc, float (*out)[kTile]) {
+    for (int j = 0; j < nc; ++j) {
+        for (int r = 0; r < R; ++r) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t * blk = tile + b * R * MXFP4_BLOCK_BYTES;
+                const int8_t *  q   = cols[j].q + b * kBlock;
+                int32_t isum = cols[j].bias[b];
+                for (int i = 0; i < 16; ++i) {
+                    const uint8_t byte = code_byte(blk, R, r, i);
+                    isum += (kValues[byte & 15] + kOffset) * q[i] + (kValues[byte >> 4] + kOffset) * q[i + 16];
+                }
+                const float scale = kScale.v[blk[r]] * cols[j].d[b];
+                acc = std::fma((float) isum, scale, acc);
+            }
+            out[j][r] = acc;
+        }
+    }
+}
+
+#ifdef MXFP4_X86
+// 16-byte lookup: E2M1 code -> doubled value + 12, the unsigned operand of vpdpbusd.
+#    define MXFP4_LUT_BYTES 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0
+
+inline int32_t load_i32(const int8_t * p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// Full 16-row tile: 8 registers of expanded weights per block stay put while all NC columns use them.
+template <int NC>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const uint8_t * tile, int64_t nb,
+                                                                          const Column * cols, float (*out)[kTile]) {
+    const __m512i lut  = _mm512_broadcast_i32x4(_mm_setr_epi8(MXFP4_LUT_BYTES));
+    const __m512i low  = _mm512_set1_epi8(0x0f);
+    const __m512  half = _mm512_set1_ps(0.5f);
+    const __m512i bias = _mm512_set1_epi32(127);
+    __m512 acc[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+        const __m512i   e   = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) blk));
+        const __m512    ws  = _mm512_scalef_ps(half, _mm512_cvtepi32_ps(_mm512_sub_epi32(e, bias)));
+        __m512i w[8];  // w[c]: values 4c..4c+3 of each row; w[c + 4]: values 16 + 4c..
+#    pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m512i v = _mm512_loadu_si512(blk + kTile + 64 * c);
+            w[c]     = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+            w[c + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+        }
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const int8_t * q  = cols[j].q + b * kBlock;
+            __m512i        s0 = _mm512_set1_epi32(cols[j].bias[b]);
+            __m512i        s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, w[0], _mm512_set1_epi32(load_i32(q + 0)));
+            s1 = _mm512_dpbusd_epi32(s1, w[1], _mm512_set1_epi32(load_i32(q + 4)));
+            s0 = _mm512_dpbusd_epi32(s0, w[2], _mm512_set1_epi32(load_i32(q + 8)));
+            s1 = _mm512_dpbusd_epi32(s1, w[3], _mm512_set1_epi32(load_i32(q + 12)));
+            s0 = _mm512_dpbusd_epi32(s0, w[4], _mm512_set1_epi32(load_i32(q + 16)));
+            s1 = _mm512_dpbusd_epi32(s1, w[5], _mm512_set1_epi32(load_i32(q + 20)));
+            s0 = _mm512_dpbusd_epi32(s0, w[6], _mm512_set1_epi32(load_i32(q + 24)));
+            s1 = _mm512_dpbusd_epi32(s1, w[7], _mm512_set1_epi32(load_i32(q + 28)));
+            const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(cols[j].d[b]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[j]);
+        }
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
+}
+
+// AVX-VNNI has 16 vector registers, so the tile is done as two halves of 8 rows, one after the other.
+template <int NC>
+__attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
+                                                               float (*out)[kTile]) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NC];
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+            const __m256    ws  = _mm256_i32gather_ps(
+                kScale.v, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (blk + 8 * h))), 4);
+            __m256i w[8];
+#    pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + kTile + 64 * c + 32 * h));
+                w[c]     = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+                w[c + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            }
+#    pragma GCC unroll 4
+            for (int j = 0; j < NC; ++j) {
+                const int8_t * q  = cols[j].q + b * kBlock;
+                __m256i        s0 = _mm256_set1_epi32(cols[j].bias[b]);
+                __m256i        s1 = _mm256_setzero_si256();
+                s0 = _mm256_dpbusd_avx_epi32(s0, w[0], _mm256_set1_epi32(load_i32(q + 0)));
+                s1 = _mm256_dpbusd_avx_epi32(s1, w[1], _mm256_set1_epi32(load_i32(q + 4)));
+                s0 = _mm256_dpbusd_avx_epi32(s0, w[2], _mm256_set1_epi32(load_i32(q + 8)));
+                s1 = _mm256_dpbusd_avx_epi32(s1, w[3], _mm256_set1_epi32(load_i32(q + 12)));
+                s0 = _mm256_dpbusd_avx_epi32(s0, w[4], _mm256_set1_epi32(load_i32(q + 16)));
+                s1 = _mm256_dpbusd_avx_epi32(s1, w[5], _mm256_set1_epi32(load_i32(q + 20)));
+                s0 = _mm256_dpbusd_avx_epi32(s0, w[6], _mm256_set1_epi32(load_i32(q + 24)));
+                s1 = _mm256_dpbusd_avx_epi32(s1, w[7], _mm256_set1_epi32(load_i32(q + 28)));
+                const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(cols[j].d[b]));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale, acc[j]);
+            }
+        }
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) _mm256_storeu_ps(out[j] + 8 * h, acc[j]);
+    }
+}
+
+using TileFn = void (*)(const uint8_t *, int64_t, const Column *, float (*)[kTile]);
+
+const TileFn kAvx512[8] = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
+                           tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
+const TileFn kAvxVnni[4] = {tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>};
+
+__attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x, int8_t * q, float * d,
+                                                                   int32_t * bias, int64_t K) {
+    for (int64_t b = 0; b < K / kBlock; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(x + b * kBlock), x1 = _mm512_loadu_ps(x + b * kBlock + 16);
+        const float  amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float  scale = amax / 127.0f;
+        const __m512 inv   = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+        _mm_storeu_si128((__m128i *) (q + b * kBlock), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *) (q + b * kBlock + 16), _mm512_cvtsepi32_epi8(q1));
+        d[b]    = scale;
+        bias[b] = -kOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+#endif  // MXFP4_X86
+
+int detect_path() {
+#ifdef MXFP4_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return MXFP4_PATH_AVX512_VNNI;
+    if (__builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        return MXFP4_PATH_AVX_VNNI;
+    }
+#endif
+    return MXFP4_PATH_SCALAR;
+}
+
+const int kBestPath = detect_path();
+int       g_path    = kBestPath;
+
+// The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows so the vector kernels
+// need no masks. Extra rows get exponent 0 and code 0; their results are dropped.
+void widen_tile(const uint8_t * tile, int R, int64_t nb, std::vector<uint8_t> & wide) {
+    wide.assign(tile_bytes(kTile, nb), 0);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t * src = tile + b * R * MXFP4_BLOCK_BYTES;
+        uint8_t *       dst = wide.data() + b * kTile * MXFP4_BLOCK_BYTES;
+        std::memcpy(dst, src, R);
+        for (int c = 0; c < 4; ++c) std::memcpy(dst + kTile + 64 * c, src + R + 4 * R * c, 4 * R);
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+int mxfp4_set_path(int path) {
+    if (path == MXFP4_PATH_AUTO) path = kBestPath;
+    if (path <= kBestPath) g_path = path;  // paths are ordered: each needs a subset of the next one's features
+    return g_path;
+}
+
+const char * mxfp4_path_name(void) {
+    switch (g_path) {
+        case MXFP4_PATH_AVX512_VNNI: return "avx512-vnni";
+        case MXFP4_PATH_AVX_VNNI: return "avx-vnni";
+        default: return "scalar";
+    }
+}
+
+void mxfp4_pack(const void * blocks, void * packed, int64_t M, int64_t K) {
+    const int64_t   nb  = K / kBlock;
+    const uint8_t * src = (const uint8_t *) blocks;
+    uint8_t *       dst = (uint8_t *) packed;
+    for (int64_t t0 = 0; t0 < M; t0 += kTile) {
+        const int R    = (int) std::min<int64_t>(kTile, M - t0);
+        uint8_t * tile = dst + tile_bytes(kTile, nb) * (t0 / kTile);
+        for (int r = 0; r < R; ++r) {
+            const uint8_t * row = src + (t0 + r) * nb * MXFP4_BLOCK_BYTES;
+            for (int64_t b = 0; b < nb; ++b) {
+                uint8_t * blk = tile + b * R * MXFP4_BLOCK_BYTES;
+                blk[r] = row[b * MXFP4_BLOCK_BYTES];
+                for (int c = 0; c < 4; ++c) std::memcpy(blk + R + 4 * R * c + 4 * r, row + b * MXFP4_BLOCK_BYTES + 1 + 4 * c, 4);
+            }
+        }
+    }
+}
+
+void mxfp4_unpack(const void * packed, void * blocks, int64_t M, int64_t K) {
+    const int64_t   nb  = K / kBlock;
+    const uint8_t * src = (const uint8_t *) packed;
+    uint8_t *       dst = (uint8_t *) blocks;
+    for (int64_t t0 = 0; t0 < M; t0 += kTile) {
+        const int       R    = (int) std::min<int64_t>(kTile, M - t0);
+        const uint8_t * tile = src + tile_bytes(kTile, nb) * (t0 / kTile);
+        for (int r = 0; r < R; ++r) {
+            uint8_t * row = dst + (t0 + r) * nb * MXFP4_BLOCK_BYTES;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t * blk = tile + b * R * MXFP4_BLOCK_BYTES;
+                row[b * MXFP4_BLOCK_BYTES] = blk[r];
+                for (int c = 0; c < 4; ++c) std::memcpy(row + b * MXFP4_BLOCK_BYTES + 1 + 4 * c, blk + R + 4 * R * c + 4 * r, 4);
+            }
+        }
+    }
+}
+
+size_t mxfp4_act_bytes(int64_t K) {
+    const size_t bytes = K + (K / kBlock) * (sizeof(float) + sizeof(int32_t));
+    return (bytes + 63) & ~(size_t) 63;
+}
+
+void mxfp4_quantize_act(const float * x, void * act, int64_t K) {
+    const Column c = column(act, 0, 0, K);
+#ifdef MXFP4_X86
+    if (g_path == MXFP4_PATH_AVX512_VNNI) {
+        quantize_avx512(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
+        return;
+    }
+#endif
+    // Same float operations as the vector path (max, divide, reciprocal, multiply, round to nearest even).
+    for (int64_t b = 0; b < K / kBlock; ++b) {
+        const float * xb   = x + b * kBlock;
+        float         amax = 0.0f;
+        for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+        const float scale = amax / 127.0f;
+        const float inv   = scale != 0.0f ? 1.0f / scale : 0.0f;
+        int32_t     sum   = 0;
+        for (int i = 0; i < kBlock; ++i) {
+            const int v = (int) std::nearbyint(xb[i] * inv);
+            ((int8_t *) c.q)[b * kBlock + i] = (int8_t) std::clamp(v, -127, 127);
+            sum += std::clamp(v, -127, 127);
+        }
+        ((float *) c.d)[b]      = scale;
+        ((int32_t *) c.bias)[b] = -kOffset * sum;
+    }
+}
+
+void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
+                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
+    const int64_t nb   = K / kBlock;
+    const int     path = g_path;
+    const int     step = path == MXFP4_PATH_AVX512_VNNI ? 8 : 4;
+    thread_local std::vector<uint8_t> wide;
+    Column cols[8];
+    float  out[8][kTile];
+    for (int64_t t0 = row_begin; t0 < row_end; t0 += kTile) {
+        const int       R    = (int) std::min<int64_t>(kTile, M - t0);
+        const uint8_t * tile = (const uint8_t *) packed + tile_bytes(kTile, nb) * (t0 / kTile);
+        if (R < kTile && path != MXFP4_PATH_SCALAR) {
+            widen_tile(tile, R, nb, wide);
+            tile = wide.data();
+        }
+        for (int64_t j0 = 0; j0 < N; j0 += step) {
+            const int nc = (int) std::min<int64_t>(step, N - j0);
+            for (int j = 0; j < nc; ++j) cols[j] = column(act, act_stride, j0 + j, K);
+            switch (path) {
+#ifdef MXFP4_X86
+                case MXFP4_PATH_AVX512_VNNI: kAvx512[nc - 1](tile, nb, cols, out); break;
+                case MXFP4_PATH_AVX_VNNI: kAvxVnni[nc - 1](tile, nb, cols, out); break;
+#endif
+                default: tile_scalar(tile, R, nb, cols, nc, out); break;
+            }
+            for (int j = 0; j < nc; ++j) std::memcpy(dst + (j0 + j) * dst_stride + t0, out[j], R * sizeof(float));
+        }
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,45 @@
+// MXFP4 x int8 matrix multiply for small batches: weights repacked once, every column in one weight pass.
+// Plain C API with no ggml dependency, so tests can compile and call it directly.
+//
+// Weights arrive as ggml block_mxfp4 rows (per 32 values: one E8M0 exponent byte, then 16 bytes of E2M1
+// codes, value j in the low nibble of byte j % 16 for j < 16 and in the high nibble for j >= 16).
+// The packed layout has the same size: rows are grouped in tiles of 16, and for each block of 32 values a
+// tile stores its 16 exponents, then four 64-byte chunks; chunk c holds, for each row, that row's code
+// bytes 4c..4c+3. One chunk therefore expands (low and high nibbles) into two 16-row x 4-value int8
+// vectors, exactly the operand vpdpbusd wants. A last tile of R < 16 rows uses the same scheme with R rows.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MXFP4_TILE_ROWS = 16, MXFP4_BLOCK = 32, MXFP4_BLOCK_BYTES = 17 };
+
+// Instruction paths; mxfp4_set_path() lets tests compare them. Returns the path in use after the call
+// (an unavailable path is refused and the current one kept).
+enum mxfp4_path { MXFP4_PATH_AUTO = 0, MXFP4_PATH_SCALAR = 1, MXFP4_PATH_AVX_VNNI = 2, MXFP4_PATH_AVX512_VNNI = 3 };
+int mxfp4_set_path(int path);
+const char * mxfp4_path_name(void);
+
+// Repack M rows of K values (K a multiple of 32) from ggml's block_mxfp4 layout into ours (same size).
+void mxfp4_pack(const void * blocks, void * packed, int64_t M, int64_t K);
+// And back, for reading a tensor out of the buffer.
+void mxfp4_unpack(const void * packed, void * blocks, int64_t M, int64_t K);
+
+// Bytes one quantized activation column takes (K int8 values, then K/32 float scales and K/32 int32 sums).
+size_t mxfp4_act_bytes(int64_t K);
+// Quantize one column of K floats to int8 per block of 32 (scale = amax / 127, round to nearest even).
+void mxfp4_quantize_act(const float * x, void * act, int64_t K);
+
+// dst[col * dst_stride + row] = sum_k W[row, k] * A[k, col] for rows [row_begin, row_end) and N columns.
+// act holds N columns, act_stride bytes apart. row_begin must be a multiple of 16 and row_end a multiple
+// of 16 or M, so each thread owns whole tiles; a column's result does not depend on N or on the split.
+void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
+                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
+
+#ifdef __cplusplus
+}
+#endif
