@@ -1,0 +1,33 @@
+"""Loads llama_cpp once, initialises the backend and silences its log below errors.
+
+llama.cpp prints hundreds of lines per model load to stderr; a chat UI and `--json` output must not
+carry them, so only errors are passed on (set ASSISTANT_LLAMA_LOG=1 to see everything).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_ready = False
+_log_callback = None  # kept alive: llama.cpp holds a pointer to it
+_LOG_LEVEL_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+
+
+def llama():
+    """The llama_cpp bindings module, with the backend initialised."""
+    global _ready, _log_callback
+    import llama_cpp
+
+    if not _ready:
+        if not os.environ.get("ASSISTANT_LLAMA_LOG"):
+            _log_callback = llama_cpp.llama_log_callback(_log_errors_only)
+            llama_cpp.llama_log_set(_log_callback, None)
+        llama_cpp.llama_backend_init()
+        _ready = True
+    return llama_cpp
+
+
+def _log_errors_only(level, text, _user_data):
+    if level == _LOG_LEVEL_ERROR and text:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))

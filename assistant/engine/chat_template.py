@@ -1,0 +1,70 @@
+"""Applies the chat template stored in a GGUF to a list of messages.
+
+The template is Jinja (as written by Hugging Face); rendering it with jinja2 reproduces it exactly,
+including default system prompts that llama.cpp's built-in template table leaves out. Without jinja2
+(or for a template it cannot render) llama.cpp's own `llama_chat_apply_template` is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from assistant.engine.backend import llama
+from assistant.errors import AssistantError
+
+
+def apply_chat_template(model, messages: list[dict]) -> str:
+    """The prompt text for ``messages``, ending where the assistant's answer begins."""
+    _check_messages(messages)
+    template = model.chat_template
+    if template is None:
+        raise AssistantError(f"{model.path}: the GGUF stores no chat template (use a plain prompt instead)")
+    try:
+        return _render_jinja(template, model, messages)
+    except ImportError:
+        return _render_native(template, model, messages)
+
+
+def _check_messages(messages) -> None:
+    if not messages:
+        raise AssistantError("no messages to send")
+    for message in messages:
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise AssistantError(f"a chat message needs 'role' and 'content': {message!r}")
+
+
+def _render_jinja(template: str, model, messages: list[dict]) -> str:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise AssistantError(f"{model.path}: chat template refused the conversation: {message}")
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = raise_exception
+    try:
+        compiled = environment.from_string(template)
+        return compiled.render(
+            messages=messages,
+            add_generation_prompt=True,
+            bos_token=model.token_string(model.bos_token),
+            eos_token=model.token_string(model.eos_token),
+        )
+    except jinja2.TemplateError as error:
+        raise AssistantError(f"{model.path}: cannot render the stored chat template ({error})") from None
+
+
+def _render_native(template: str, model, messages: list[dict]) -> str:
+    lib = llama()
+    encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+    chat = (lib.llama_chat_message * len(encoded))(*[lib.llama_chat_message(r, c) for r, c in encoded])
+    size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
+    for _ in range(2):
+        buffer = ctypes.create_string_buffer(size)
+        written = lib.llama_chat_apply_template(template.encode(), chat, len(encoded), True, buffer, size)
+        if written < 0:
+            raise AssistantError(f"{model.path}: llama.cpp does not know this chat template (install jinja2)")
+        if written <= size:
+            return buffer.raw[:written].decode("utf-8", errors="replace")
+        size = written
+    raise AssistantError(f"{model.path}: chat template output did not fit")

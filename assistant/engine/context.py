@@ -1,0 +1,164 @@
+"""One llama.cpp context (one KV cache) that remembers which tokens it has evaluated.
+
+``evaluate(sequence, first_output)`` makes the cache hold exactly ``sequence`` and returns the logits of
+the positions from ``first_output`` on, as a numpy view of llama.cpp's own buffer (no copy). Only the
+tail that differs from what the cache already holds is removed (llama_memory_seq_rm) and evaluated, in
+one batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+from assistant.engine.backend import llama
+from assistant.engine.sequence import TokenSequence
+from assistant.errors import AssistantError
+
+
+class Context:
+    """A KV cache over one model; ``tokens`` is what it holds, ``decode_seconds`` what decoding cost."""
+
+    def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None):
+        lib = llama()
+        self.model = model
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch or n_ctx
+        params.n_ubatch = min(params.n_batch, 512)
+        params.n_seq_max = 1
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.no_perf = True
+        handle = lib.llama_init_from_model(model.handle, params)
+        if not handle:
+            raise AssistantError(f"{model.path}: llama.cpp could not create a context of {n_ctx} tokens")
+        self.handle = handle
+        self.n_ctx = lib.llama_n_ctx(handle)
+        self.n_batch = lib.llama_n_batch(handle)
+        self.n_vocab = model.n_vocab
+        self.tokens: list[int] = []
+        self.decode_seconds = 0.0
+        self.decode_calls = 0
+        self._lib = lib
+        self._memory = lib.llama_get_memory(handle)
+        self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        capacity = self.n_batch
+        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
+        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
+        self._batch_outputs = np.ctypeslib.as_array(self._batch.logits, shape=(capacity,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))[:] = 1
+        for index in range(capacity):
+            self._batch.seq_id[index][0] = 0
+        self._positions = np.arange(self.n_ctx, dtype=np.int32)
+        self._logits_address = 0
+        self._logits_view = None
+        self._sequence_id = None
+
+    def evaluate(self, sequence: TokenSequence, first_output: int) -> np.ndarray:
+        """Hold ``sequence`` in the cache; logits of positions ``first_output``.. (rows, n_vocab), a view.
+
+        The view is valid until the next call on this context.
+        """
+        tokens = sequence.tokens
+        end = len(tokens)
+        if not 0 <= first_output < end:
+            raise ValueError(f"first_output {first_output} outside the sequence of {end} tokens")
+        if end > self.n_ctx:
+            raise AssistantError(f"the conversation needs {end} tokens but the context holds {self.n_ctx}")
+        keep = min(self._shared_prefix(sequence), first_output)
+        if keep < len(self.tokens):
+            if not self._lib.llama_memory_seq_rm(self._memory, 0, keep, -1):
+                self._lib.llama_memory_clear(self._memory, True)
+                keep = 0
+            del self.tokens[keep:]
+        start = keep
+        while start < end:
+            stop = min(end, start + self.n_batch)
+            self._decode(tokens, start, stop, max(first_output, start))
+            start = stop
+        self.tokens.extend(tokens[keep:end])
+        return self._logits(end - first_output)
+
+    def reset(self) -> None:
+        """Forget everything in the cache."""
+        self._lib.llama_memory_clear(self._memory, True)
+        self.tokens.clear()
+        self._sequence_id = None
+
+    def _shared_prefix(self, sequence: TokenSequence) -> int:
+        """How many leading tokens the cache holds that ``sequence`` still starts with."""
+        held = self.tokens
+        if self._sequence_id == id(sequence) and sequence.tracks(self):
+            shared = min(sequence.take_floor(self), len(held))
+        else:
+            shared = _common_prefix(held, sequence.tokens)
+            sequence.track(self)
+            self._sequence_id = id(sequence)
+        limit = min(len(held), len(sequence.tokens))
+        tokens = sequence.tokens
+        while shared < limit and held[shared] == tokens[shared]:
+            shared += 1
+        return shared
+
+    def _decode(self, tokens: list[int], start: int, stop: int, first_output: int) -> None:
+        count = stop - start
+        batch = self._batch
+        batch.n_tokens = count
+        if count == 1:
+            self._batch_tokens[0] = tokens[start]
+            self._batch_positions[0] = start
+            self._batch_outputs[0] = first_output <= start
+        else:
+            self._batch_tokens[:count] = tokens[start:stop]
+            self._batch_positions[:count] = self._positions[start:stop]
+            self._batch_outputs[:count] = 0
+            self._batch_outputs[first_output - start : count] = 1
+        began = time.perf_counter()
+        status = self._lib.llama_decode(self.handle, batch)
+        self.decode_seconds += time.perf_counter() - began
+        self.decode_calls += 1
+        if status != 0:
+            self.tokens.clear()
+            self._lib.llama_memory_clear(self._memory, True)
+            raise AssistantError(f"{self.model.path}: llama_decode failed with status {status} at position {start}")
+
+    def _logits(self, rows: int) -> np.ndarray:
+        pointer = self._lib.llama_get_logits(self.handle)
+        address = ctypes.addressof(pointer.contents)
+        view = self._logits_view
+        if address != self._logits_address or view is None or view.shape[0] < rows:
+            view = np.ctypeslib.as_array(pointer, shape=(max(rows, 1), self.n_vocab))
+            self._logits_address = address
+            self._logits_view = view
+        return view[:rows]
+
+    def close(self) -> None:
+        if getattr(self, "handle", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self.handle)
+            self.handle = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    count = min(len(a), len(b))
+    if count == 0:
+        return 0
+    left = np.asarray(a[:count], dtype=np.int64)
+    right = np.asarray(b[:count], dtype=np.int64)
+    differ = np.flatnonzero(left != right)
+    return int(differ[0]) if differ.size else count

@@ -1,0 +1,134 @@
+"""One GGUF file loaded once: weights, vocabulary, chat template. Contexts are made from it."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from assistant.engine.backend import llama
+from assistant.errors import AssistantError
+
+GGUF_MAGIC = b"GGUF"
+
+
+class Model:
+    """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        _check_gguf_file(self.path)
+        lib = llama()
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not handle:
+            raise AssistantError(f"{self.path}: llama.cpp could not load this GGUF (unsupported architecture or damaged file)")
+        self.handle = handle
+        self.vocab = lib.llama_model_get_vocab(handle)
+        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.architecture = self.metadata("general.architecture") or "unknown"
+        self._lib = lib
+        self._pieces: dict[int, bytes] = {}
+
+    # --- metadata -------------------------------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(256)
+        size = llama().llama_model_meta_val_str(self.handle, key.encode(), buffer, len(buffer))
+        if size < 0:
+            return None
+        if size >= len(buffer):
+            buffer = ctypes.create_string_buffer(size + 1)
+            llama().llama_model_meta_val_str(self.handle, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        template = self._lib.llama_model_chat_template(self.handle, None)
+        return template.decode("utf-8") if template else None
+
+    @property
+    def n_ctx_train(self) -> int:
+        return self._lib.llama_model_n_ctx_train(self.handle)
+
+    # --- vocabulary -----------------------------------------------------------------------------
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary entry itself (as stored, e.g. with the BPE space marker), for comparing vocabularies."""
+        return self._lib.llama_vocab_get_text(self.vocab, token) or b""
+
+    @property
+    def bos_token(self) -> int:
+        return self._lib.llama_vocab_bos(self.vocab)
+
+    @property
+    def eos_token(self) -> int:
+        return self._lib.llama_vocab_eos(self.vocab)
+
+    def token_string(self, token: int) -> str:
+        """A special token's text (e.g. "<|im_end|>"), for chat templates that name bos/eos."""
+        return self.piece(token, special=True).decode("utf-8", errors="replace") if token >= 0 else ""
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to token ids; ``parse_special`` turns "<|im_start|>" into its single token id."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (ctypes.c_int32 * capacity)()
+        count = self._lib.llama_tokenize(self.vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if count < 0:
+            capacity = -count
+            tokens = (ctypes.c_int32 * capacity)()
+            count = self._lib.llama_tokenize(self.vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if count < 0:
+            raise AssistantError(f"{self.path}: could not tokenize the prompt")
+        return list(tokens[:count])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes one token contributes to the text; may be part of a UTF-8 character."""
+        key = token if not special else -1 - token
+        cached = self._pieces.get(key)
+        if cached is None:
+            buffer = ctypes.create_string_buffer(64)
+            size = self._lib.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
+            if size < 0:
+                buffer = ctypes.create_string_buffer(-size)
+                size = self._lib.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
+            cached = buffer.raw[: max(size, 0)]
+            self._pieces[key] = cached
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(token) for token in tokens).decode("utf-8", errors="replace")
+
+    # --- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "handle", None):
+            self._lib.llama_model_free(self.handle)
+            self.handle = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _check_gguf_file(path: Path) -> None:
+    if not path.exists():
+        raise AssistantError(f"{path}: no such GGUF file")
+    if path.is_dir():
+        raise AssistantError(f"{path}: is a directory, not a GGUF file")
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise AssistantError(f"{path}: cannot read ({error.strerror})") from None
+    if magic != GGUF_MAGIC:
+        raise AssistantError(f"{path}: not a GGUF file (it does not start with 'GGUF')")

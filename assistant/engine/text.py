@@ -1,0 +1,21 @@
+"""Token pieces to text as they stream: a token may end in the middle of a UTF-8 character."""
+
+from __future__ import annotations
+
+import codecs
+
+
+class TextStream:
+    """Turns a stream of token ids into text pieces, holding back bytes of an unfinished character."""
+
+    def __init__(self, model):
+        self._model = model
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token: int) -> str:
+        """The text that this token completes (may be "" while a character is still unfinished)."""
+        return self._decoder.decode(self._model.piece(token))
+
+    def flush(self) -> str:
+        """Whatever is held back at the end of the stream, with invalid bytes replaced."""
+        return self._decoder.decode(b"", final=True)

@@ -1,0 +1,151 @@
+"""The nested draft/verify loop (DESIGN.md, "the nested loop") over a chain of levels, target first.
+
+Level i produces tokens distributed exactly as its own model: it asks level i+1 for a draft, evaluates
+[last token] + draft as one batch, keeps the longest acceptable prefix and appends its own correction
+(or a bonus token when all were kept). Greedy acceptance is "equals my argmax"; sampling acceptance is
+speculative sampling against level i+1's distribution, which level i+1 computed while producing.
+All levels share one TokenSequence: a level's tokens are appended to it and cut back on rejection.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from assistant.speculative.probabilities import Sampler, top_probability
+
+
+class Chain:
+    def __init__(self, levels, policy, n_shared: int, n_ctx: int, confidence: float = 0.0, accept=None):
+        self.levels = levels
+        self.policy = policy
+        self.n_shared = n_shared
+        self.n_ctx = n_ctx
+        self.confidence = confidence
+        self.accept = accept or accept_ratio  # injectable only to show the tests catch a wrong rule
+        self.sequence = None
+        self.origins: list[int] = []
+        self.sampler: Sampler | None = None
+
+    def start(self, sequence, sampling) -> None:
+        """Begin a generation over ``sequence`` (the prompt tokens)."""
+        self.sequence = sequence
+        self.origins = [-1] * len(sequence)
+        self.greedy = sampling.greedy
+        self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
+        rows = self.policy.max_length + 2
+        for level in self.levels:
+            level.prepare(self.n_shared, rows, not self.greedy)
+
+    # --- verification rounds ----------------------------------------------------------------------
+    def step(self, limit: int) -> list[tuple[int, int]]:
+        """One verification by the target: 1..k+1 new tokens as (token, proposing level), at most ``limit``."""
+        base = len(self.sequence)
+        self._round(0, max(1, min(limit, self.n_ctx - base)), 0)
+        tokens = self.sequence.tokens
+        return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
+
+    def _produce(self, index: int, count: int) -> int:
+        """Append ``count`` tokens distributed as level ``index``'s model (fewer only for the last level)."""
+        if index == len(self.levels) - 1:
+            return self._draft_last(index, count)
+        sequence = self.sequence
+        start = len(sequence)
+        while len(sequence) - start < count:
+            produced = len(sequence) - start
+            self._round(index, count - produced, produced)
+        self._cut(start + count)
+        return count
+
+    def _round(self, index: int, room: int, row: int) -> None:
+        """Level ``index`` verifies one draft from the level below: appends 1 to ``room`` tokens.
+
+        ``row`` is where this level's distributions for the new tokens go (sampling, levels below the target).
+        """
+        sequence = self.sequence
+        level, below = self.levels[index], self.levels[index + 1] if index + 1 < len(self.levels) else None
+        base = len(sequence)
+        wanted = min(self.policy.length(index), room - 1) if below is not None else 0
+        drafted = 0
+        if wanted > 0:
+            began = time.perf_counter()
+            drafted = self._produce(index + 1, wanted)
+            self.policy.record_draft(index + 1, drafted, time.perf_counter() - began)
+        began = time.perf_counter()
+        rows = level.context.evaluate(sequence, base - 1)
+        evaluated = time.perf_counter() - began
+        if self.greedy:
+            accepted, token = self._verify_greedy(rows, base, drafted)
+        else:
+            accepted, token = self._verify_sampled(index, rows, base, drafted, row)
+        if below is not None:
+            self.policy.record_verify(index, drafted + 1, evaluated, drafted, accepted)
+            below.stats.proposed += drafted
+            below.stats.accepted += accepted
+            below.rounds += 1 if drafted else 0
+        self._cut(base + accepted)
+        self._append(token, index)
+
+    def _verify_greedy(self, rows: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
+        choices = rows[: drafted + 1, : self.n_shared].argmax(axis=1)
+        tokens = self.sequence.tokens
+        accepted = 0
+        while accepted < drafted and choices[accepted] == tokens[base + accepted]:
+            accepted += 1
+        return accepted, int(choices[accepted])
+
+    def _verify_sampled(self, index: int, rows: np.ndarray, base: int, drafted: int, row: int) -> tuple[int, int]:
+        level = self.levels[index]
+        below = self.levels[index + 1] if drafted else None
+        sampler = self.sampler
+        keeps_rows = index > 0
+        tokens = self.sequence.tokens
+        for j in range(drafted):
+            p = sampler.probabilities(rows[j, : self.n_shared], level.probabilities[row + j] if keeps_rows else level.scratch)
+            q = below.probabilities[j] if below.is_model else None
+            token = tokens[base + j]
+            q_token = q[token] if q is not None else 1.0
+            if not self.accept(sampler.uniform(), float(p[token]), float(q_token)):
+                return j, sampler.residual_draw(p, q, token)
+        p = sampler.probabilities(rows[drafted, : self.n_shared], level.probabilities[row + drafted] if keeps_rows else level.scratch)
+        return drafted, sampler.draw(p)
+
+    # --- the last level ---------------------------------------------------------------------------
+    def _draft_last(self, index: int, count: int) -> int:
+        level = self.levels[index]
+        sequence = self.sequence
+        if not level.is_model:
+            proposal = level.propose(sequence, count)
+            for token in proposal:
+                self._append(token, index)
+            return len(proposal)
+        confidence = self.confidence
+        context = level.context
+        for produced in range(count):
+            logits = context.evaluate(sequence, len(sequence) - 1)[0, : self.n_shared]
+            if self.greedy:
+                if confidence and produced and top_probability(logits, level.scratch) < confidence:
+                    return produced
+                token = int(logits.argmax())
+            else:
+                p = self.sampler.probabilities(logits, level.probabilities[produced])
+                if confidence and produced and float(p.max()) < confidence:
+                    return produced
+                token = self.sampler.draw(p)
+            self._append(token, index)
+        return count
+
+    # --- the shared sequence ----------------------------------------------------------------------
+    def _append(self, token: int, origin: int) -> None:
+        self.sequence.append(token)
+        self.origins.append(origin)
+
+    def _cut(self, length: int) -> None:
+        self.sequence.truncate(length)
+        del self.origins[length:]
+
+
+def accept_ratio(uniform: float, p_token: float, q_token: float) -> bool:
+    """Speculative sampling: keep a draft token with probability min(1, p/q)."""
+    return uniform * q_token < p_token

@@ -1,0 +1,209 @@
+"""The public face of the coordinator: load a chain of GGUF files, stream tokens for a prompt or a chat."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+from assistant.errors import AssistantError
+from assistant.speculative.chain import Chain
+from assistant.speculative.draft_length import make_policy
+from assistant.speculative.events import LevelStats, Sampling, Stats, TokenEvent
+from assistant.speculative.levels import ModelLevel, NgramLevel
+from assistant.speculative.stopping import StopStrings
+
+DEFAULT_CONFIDENCE = 0.3
+
+
+class Pipeline:
+    """A chain of levels, target first, each with its own llama.cpp context; generates losslessly."""
+
+    def __init__(self, levels, n_ctx: int, draft_length, confidence: float, n_shared: int, accept=None):
+        self.levels = levels
+        self.target = levels[0].model
+        self.n_ctx = n_ctx
+        self.roles = [level.role for level in levels]
+        self.chain = Chain(levels, make_policy(draft_length, len(levels)), n_shared, n_ctx, confidence, accept)
+        self._running = None
+
+    @classmethod
+    def load(cls, source, levels: int | None = None, n_ctx: int = 4096, threads: int | None = None,
+             draft_length="adaptive", ngram: bool = False, confidence: float = DEFAULT_CONFIDENCE,
+             accept=None) -> "Pipeline":
+        """Load every GGUF once and make one context each.
+
+        ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
+        ``ngram`` adds the prompt-lookup drafter below the last model.
+        """
+        from assistant.engine import Context, Model, default_threads
+        from assistant.speculative.vocab import shared_vocab_size
+
+        entries = _entries(source)
+        if levels is not None:
+            if not 1 <= levels <= len(entries):
+                raise AssistantError(f"asked for {levels} levels but the chain has {len(entries)}")
+            entries = entries[:levels]
+        make_policy(draft_length, 1)  # reject a bad value before loading anything
+        for _, path in entries:
+            if not Path(path).exists():
+                raise AssistantError(f"{path}: no such GGUF file")
+        threads = threads or default_threads()
+        models, chain = [], []
+        try:
+            for _, path in entries:
+                models.append(Model(path))
+            n_shared = shared_vocab_size(models)
+            for (role, _), model in zip(entries, models):
+                chain.append(ModelLevel(role, model, Context(model, n_ctx=n_ctx, threads=threads)))
+        except BaseException:
+            for level in chain:
+                level.context.close()
+            for model in models:
+                model.close()
+            raise
+        if ngram:
+            chain.append(NgramLevel(capacity=n_ctx))
+        return cls(chain, n_ctx, draft_length, confidence, n_shared, accept)
+
+    # --- generation -------------------------------------------------------------------------------
+    def chat(self, messages: list[dict], sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
+             cancel=None) -> Iterator[TokenEvent | Stats]:
+        """Stream the answer to a conversation; the target GGUF's chat template makes the prompt."""
+        from assistant.engine.chat_template import apply_chat_template
+
+        prompt = apply_chat_template(self.target, messages)
+        return self.generate(self.target.tokenize(prompt, add_special=True, parse_special=True),
+                             sampling, max_tokens, stop, cancel)
+
+    def generate(self, prompt, sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
+                 cancel=None) -> Iterator[TokenEvent | Stats]:
+        """Stream the continuation of ``prompt`` (text or token ids): TokenEvents, then one Stats."""
+        tokens = self._prompt_tokens(prompt)
+        if isinstance(stop, str):
+            stop = [stop]
+        if max_tokens < 0:
+            raise AssistantError(f"max_tokens must be 0 or more, not {max_tokens}")
+        return self._generate(tokens, sampling, max_tokens, stop, cancel)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.target.tokenize(text, add_special=True, parse_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.target.detokenize(tokens)
+
+    def _prompt_tokens(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            tokens = self.tokenize(prompt)
+        else:
+            tokens = [int(token) for token in prompt]
+            bad = [token for token in tokens if not 0 <= token < self.chain.n_shared]
+            if bad:
+                raise AssistantError(f"prompt token {bad[0]} is outside the vocabulary of {self.chain.n_shared} tokens")
+        if not tokens:
+            raise AssistantError("the prompt is empty")
+        if len(tokens) >= self.n_ctx:
+            raise AssistantError(
+                f"the prompt has {len(tokens)} tokens but the context holds {self.n_ctx}: "
+                "shorten it or raise the context size"
+            )
+        return tokens
+
+    def _generate(self, prompt: list[int], sampling, max_tokens, stop, cancel):
+        from assistant.engine import TextStream
+        from assistant.engine.sequence import TokenSequence
+
+        marker = object()
+        self._running = marker
+        began = time.perf_counter()
+        decode_before = [_decode_seconds(level) for level in self.levels]
+        chain = self.chain
+        chain.start(TokenSequence(prompt), sampling)
+        text = TextStream(self.target)
+        stops = StopStrings(stop)
+        new_tokens, reason = 0, None
+        while reason is None:
+            if self._running is not marker:
+                raise AssistantError("another generation started on this pipeline before this one finished")
+            if cancel is not None and cancel.is_set():
+                reason = "cancelled"
+            elif new_tokens >= max_tokens:
+                reason = "max_tokens"
+            elif len(chain.sequence) >= self.n_ctx:
+                reason = "context"
+            if reason:
+                break
+            for token, level in chain.step(max_tokens - new_tokens):
+                if self.target.is_end_of_generation(token):
+                    reason = "eos"
+                    break
+                new_tokens += 1
+                ready, stopped = stops.push(token, level, text.push(token))
+                for token_id, origin, piece in ready:
+                    yield TokenEvent(token_id, piece, origin)
+                if stopped:
+                    reason = "stop"
+                    break
+                if new_tokens >= max_tokens:
+                    reason = "max_tokens"
+                    break
+                if cancel is not None and cancel.is_set():
+                    reason = "cancelled"
+                    break
+        if reason != "stop":
+            tail = stops.flush()
+            rest = text.flush()
+            if rest and tail:
+                tail[-1] = (tail[-1][0], tail[-1][1], tail[-1][2] + rest)
+            for token_id, origin, piece in tail:
+                yield TokenEvent(token_id, piece, origin)
+        seconds = time.perf_counter() - began
+        yield self._stats(prompt, new_tokens, seconds, reason, decode_before)
+
+    def _stats(self, prompt, new_tokens, seconds, reason, decode_before) -> Stats:
+        levels = []
+        for level, before in zip(self.levels, decode_before):
+            stats = level.stats
+            stats.acceptance = stats.accepted / stats.proposed if stats.proposed else 0.0
+            stats.mean_accepted_length = (stats.accepted + level.rounds) / level.rounds if level.rounds else 0.0
+            stats.seconds = _decode_seconds(level) - before
+            levels.append(LevelStats(**vars(stats)))
+        return Stats(levels, new_tokens, len(prompt), seconds, new_tokens / seconds if seconds > 0 else 0.0, reason)
+
+    @property
+    def context_used(self) -> int:
+        return len(self.levels[0].context.tokens)
+
+    # --- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        for level in self.levels:
+            if level.context is not None:
+                level.context.close()
+            if getattr(level, "model", None) is not None:
+                level.model.close()
+        self.levels = []
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _decode_seconds(level) -> float:
+    return level.context.decode_seconds if level.context is not None else 0.0
+
+
+def _entries(source) -> list[tuple[str, Path]]:
+    """(role, path) per level from a ModelSet or a list of paths."""
+    levels = getattr(source, "levels", None)
+    if levels is not None:
+        if not levels:
+            raise AssistantError(f"model set {getattr(source, 'name', '?')!r} has no levels")
+        return [(level.role, Path(level.path)) for level in levels]
+    if isinstance(source, (str, Path)):
+        source = [source]
+    paths = [Path(path) for path in source]
+    if not paths:
+        raise AssistantError("no GGUF files given")
+    return [("target" if index == 0 else f"draft{index}", path) for index, path in enumerate(paths)]

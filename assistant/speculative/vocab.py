@@ -1,0 +1,43 @@
+"""Checks that every level speaks the target's vocabulary: same token text for every shared id.
+
+Padded vocabularies (152064 vs 151936 ids) are fine when the extra ids are unused padding; the chain
+then works over the shared range only.
+"""
+
+from __future__ import annotations
+
+from assistant.errors import AssistantError
+
+_ATTR_UNUSED = 1 << 1  # llama_token_attr: LLAMA_TOKEN_ATTR_UNUSED
+
+
+def shared_vocab_size(models) -> int:
+    """The id range all models share; raises AssistantError naming the two files that disagree."""
+    target = models[0]
+    shared = min(model.n_vocab for model in models)
+    target_texts = [target.token_text(token) for token in range(shared)]
+    for model in models[1:]:
+        for token in range(shared):
+            text = model.token_text(token)
+            if text != target_texts[token]:
+                raise AssistantError(
+                    f"{model.path}: vocabulary differs from the target {target.path.name} at token {token} "
+                    f"({_show(text)} vs {_show(target_texts[token])}; {model.architecture}, {model.n_vocab} tokens vs "
+                    f"{target.architecture}, {target.n_vocab}): a draft must use the target's tokenizer"
+                )
+    for model in models:
+        extra = [token for token in range(shared, model.n_vocab) if not _unused(model, token)]
+        if extra:
+            raise AssistantError(
+                f"{model.path}: has {len(extra)} real tokens beyond the {shared} ids the other levels know "
+                f"(first: id {extra[0]} {_show(model.token_text(extra[0]))}): a draft must use the target's tokenizer"
+            )
+    return shared
+
+
+def _unused(model, token: int) -> bool:
+    return bool(model._lib.llama_vocab_get_attr(model.vocab, token) & _ATTR_UNUSED)
+
+
+def _show(text: bytes) -> str:
+    return repr(text.decode("utf-8", errors="replace"))
