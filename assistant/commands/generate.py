@@ -1,13 +1,134 @@
-"""Placeholder: `assistant generate` is being built (see the issue tracker)."""
+"""Generate an answer for one prompt with multi-level speculative decoding, streaming it to stdout.
+
+The prompt comes from the argument, --file, or stdin; it is sent as a user message through the
+target's chat template unless --raw is given. Models come from a registered model set (--model-set,
+default: the default set) or explicit GGUF paths (--target, then --draft once per lower level).
+"""
+
+from __future__ import annotations
+
+import sys
 
 from assistant.errors import AssistantError
 
-HELP = "(not built yet)"
+HELP = "generate an answer for one prompt (speculative decoding, streamed to stdout)"
 
 
 def add_arguments(parser):
-    pass
+    parser.add_argument("prompt", nargs="?", help="the prompt; '-' or nothing reads stdin")
+    parser.add_argument("-f", "--file", help="read the prompt from this file")
+    parser.add_argument("--raw", action="store_true", help="continue the prompt text as is, without the chat template")
+    parser.add_argument("--system", help="a system message to put before the prompt")
+    models = parser.add_argument_group("models")
+    models.add_argument("-m", "--model-set", help="registered model set to use (default: the default set)")
+    models.add_argument("--target", help="target GGUF file (instead of a model set)")
+    models.add_argument("--draft", action="append", default=[], help="draft GGUF below the previous level (repeatable)")
+    models.add_argument("--levels", type=int, help="use only the first N levels (1 = the target alone)")
+    models.add_argument("--ngram", action="store_true", help="add the prompt-lookup n-gram drafter as the lowest level")
+    models.add_argument("--draft-length", default="adaptive", help="tokens drafted per verification: a number or 'adaptive' (default)")
+    models.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    models.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
+    sampling = parser.add_argument_group("sampling")
+    sampling.add_argument("--greedy", action="store_true", help="always take the most likely token (the default)")
+    sampling.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
+    sampling.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = off)")
+    sampling.add_argument("--seed", type=int, help="random seed for sampling")
+    parser.add_argument("-n", "--max-tokens", type=int, default=512, help="most new tokens (default 512)")
+    parser.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
+    parser.add_argument("--stats", action="store_true", help="print per-level statistics to stderr at the end")
+    parser.add_argument("--json", action="store_true", help="print one JSON line with the text, token ids and stats")
 
 
 def run(args) -> int:
-    raise AssistantError("`assistant generate` is not built yet")
+    import json
+    from dataclasses import asdict
+
+    from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
+
+    prompt = _read_prompt(args)
+    source = _model_source(args)
+    sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
+    draft_length = args.draft_length if args.draft_length == "adaptive" else _positive_int(args.draft_length)
+    with Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
+                       draft_length=draft_length, ngram=args.ngram) as pipeline:
+        if args.raw:
+            events = pipeline.generate(prompt, sampling, args.max_tokens, args.stop)
+        else:
+            messages = ([{"role": "system", "content": args.system}] if args.system else [])
+            events = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
+        pieces, tokens, origins, stats = [], [], [], None
+        for event in events:
+            if isinstance(event, TokenEvent):
+                pieces.append(event.text)
+                tokens.append(event.token)
+                origins.append(event.level)
+                if not args.json:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            elif isinstance(event, Stats):
+                stats = event
+        if args.json:
+            print(json.dumps({"text": "".join(pieces), "tokens": tokens, "levels": origins,
+                              "roles": pipeline.roles, "stats": asdict(stats)}))
+        else:
+            sys.stdout.write("\n")
+        if args.stats:
+            print(format_stats(stats), file=sys.stderr)
+    return 0
+
+
+def format_stats(stats) -> str:
+    lines = [f"{stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_second:.1f} tokens/s "
+             f"(prompt {stats.prompt_tokens} tokens, stopped: {stats.stop_reason})"]
+    for index, level in enumerate(stats.levels):
+        share = level.seconds / stats.seconds if stats.seconds else 0.0
+        if index == 0:
+            lines.append(f"  level 0 {level.role:>8}: {share:6.1%} of the time")
+        else:
+            lines.append(f"  level {index} {level.role:>8}: {share:6.1%} of the time, proposed {level.proposed}, "
+                         f"accepted {level.accepted} (alpha {level.acceptance:.1%}), tau {level.mean_accepted_length:.2f}")
+    return "\n".join(lines)
+
+
+def _read_prompt(args) -> str:
+    if args.file:
+        if args.prompt not in (None, "-"):
+            raise AssistantError("give the prompt either as an argument or with --file, not both")
+        try:
+            with open(args.file, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as error:
+            raise AssistantError(f"{args.file}: cannot read the prompt ({error.strerror})") from None
+        except UnicodeDecodeError:
+            raise AssistantError(f"{args.file}: the prompt file is not UTF-8 text") from None
+    if args.prompt not in (None, "-"):
+        return args.prompt
+    if sys.stdin is None or (args.prompt is None and sys.stdin.isatty()):
+        raise AssistantError("no prompt: give it as an argument, with --file, or on stdin")
+    return sys.stdin.read()
+
+
+def _model_source(args):
+    if args.target:
+        if args.model_set:
+            raise AssistantError("give either --model-set or --target/--draft, not both")
+        return [args.target, *args.draft]
+    if args.draft:
+        raise AssistantError("--draft needs --target (the level it drafts for)")
+    from assistant import modelsets
+
+    try:
+        return modelsets.get(args.model_set)
+    except modelsets.ModelSetError as error:
+        raise AssistantError(str(error)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise AssistantError(f"--draft-length must be a number or 'adaptive', not {text!r}") from None
+    if value < 1:
+        raise AssistantError(f"--draft-length must be 1 or more, not {value}")
+    return value
