@@ -1,0 +1,95 @@
+"""`assistant models` over sets made by real pulls: listing, choosing the default, removing with and without files."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import assistant
+from assistant import cli, home, modelsets
+
+DEMO = Path(assistant.__file__).resolve().parent / "demo"
+
+
+@pytest.fixture
+def two_sets(fake_hub, tmp_path, capsys):
+    """Two pulled sets sharing one draft file, as a user who pulled two targets with the same draft has."""
+    for repo, source in (("org/alpha", "draft"), ("org/beta", "draft"), ("org/mini", "draft")):
+        directory = tmp_path / repo
+        shutil.copytree(DEMO / source, directory)
+        fake_hub.add_repo(repo, directory)
+    assert cli.main(["pull", "org/alpha", "--draft", "org/mini"]) == 0
+    assert cli.main(["pull", "org/beta", "--draft", "org/mini"]) == 0
+    out = capsys.readouterr().out
+    assert f"draft org/mini: reusing {home.models_dir() / 'mini.mxfp4.gguf'}" in out
+    assert sum(1 for r in fake_hub.gets("org/mini") if r.filename == "model.safetensors") == 1
+    return modelsets.get("alpha"), modelsets.get("beta")
+
+
+def models(*argv) -> int:
+    return cli.main(["models", *argv])
+
+
+def test_list_shows_levels_files_sizes_and_the_default(two_sets, capsys):
+    alpha, beta = two_sets
+    assert models() == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("* alpha  3 levels, ") and lines[0].endswith("(default)")
+    assert lines[4].startswith("  beta  3 levels, ")
+    for line, level in zip(lines[1:4], alpha.levels):
+        number, role, size, unit, path = line.split()
+        assert (role, path) == (level.role, str(level.path))
+        assert abs(float(size) * {"MB": 1e6, "kB": 1e3}[unit] - level.path.stat().st_size) < 0.06 * 1e6
+    assert [line.split()[1] for line in lines[5:8]] == ["target", "mxfp4", "draft"]
+    assert models("list") == 0
+    assert capsys.readouterr().out == out
+
+
+def test_default_switches_what_commands_use(two_sets, capsys):
+    assert models("default", "beta") == 0
+    assert capsys.readouterr().out == "'beta' is now the default model set\n"
+    assert modelsets.get().name == "beta"
+    assert models() == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("* ")] == ["beta"]
+    assert models("default", "gamma") == 1
+    assert capsys.readouterr().err == "error: no model set named 'gamma' (registered: alpha, beta)\n"
+
+
+def test_remove_with_files_keeps_what_another_set_uses(two_sets, capsys):
+    alpha, beta = two_sets
+    draft = alpha.levels[2].path
+    assert beta.levels[2].path == draft
+
+    assert models("remove", "alpha", "--delete-files") == 0
+    out = capsys.readouterr().out
+    assert f"deleted {alpha.levels[0].path}" in out and f"kept {draft}" in out
+    assert "default model set: beta" in out
+    assert not alpha.levels[0].path.exists() and not alpha.levels[1].path.exists()
+    assert draft.exists() and modelsets.get().name == "beta"
+
+    assert models("remove", "beta", "--delete-files") == 0
+    assert sorted(p.name for p in home.models_dir().iterdir()) == ["modelsets.json"]
+    assert models() == 0
+    assert "no model sets in" in capsys.readouterr().out
+
+
+def test_remove_without_files_and_missing_files(two_sets, capsys):
+    alpha, _ = two_sets
+    assert models("remove", "alpha") == 0
+    assert capsys.readouterr().out == "removed model set 'alpha'\ndefault model set: beta\n"
+    assert all(level.path.exists() for level in alpha.levels), "files stay unless --delete-files"
+    modelsets.get("beta").levels[0].path.unlink()
+    assert models() == 0
+    assert "MISSING" in capsys.readouterr().out.splitlines()[1]
+    assert models("remove", "alpha") == 1
+    assert "no model set named 'alpha'" in capsys.readouterr().err
+
+
+def test_files_outside_the_models_directory_are_never_deleted(tmp_path, capsys):
+    outside = tmp_path / "mine.gguf"
+    outside.write_bytes(b"GGUF")
+    modelsets.register("mine", [modelsets.Level("target", outside)])
+    assert models("remove", "mine", "--delete-files") == 0
+    assert outside.exists()
+    assert "kept" in capsys.readouterr().out

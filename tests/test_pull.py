@@ -1,0 +1,186 @@
+"""`assistant pull` against a fake Hub on 127.0.0.1: a full pull, resumed and broken downloads, Hub errors, disk space."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import assistant
+from assistant import cli, home, modelsets
+from tests.fixtures.hub import TOKEN
+
+ROOT = Path(assistant.__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Make a checkpoint directory for a fake repository, with files a pull must not download."""
+
+    def make(name: str, extra: bool = True, source: str = "draft") -> Path:
+        directory = tmp_path / "repos" / name
+        shutil.copytree(ROOT / "assistant" / "demo" / source, directory)
+        if extra:
+            (directory / "README.md").write_text("# a model card\n")
+            (directory / "pytorch_model.bin").write_bytes(b"\0" * 1000)
+            (directory / "onnx").mkdir()
+            (directory / "onnx" / "model.safetensors").write_bytes(b"\0" * 1000)
+        return directory
+
+    return make
+
+
+def pull(*argv) -> int:
+    return cli.main(["pull", *argv])
+
+
+def models_left() -> list[str]:
+    return sorted(p.name for p in home.models_dir().iterdir())
+
+
+def test_pull_makes_a_three_level_set_that_generates(fake_hub, served, capsys):
+    fake_hub.add_repo("org/Tiny-Coder", served("target"))
+    fake_hub.add_repo("org/tiny-draft", served("draft"))
+
+    assert pull("org/Tiny-Coder", "--draft", "org/tiny-draft") == 0
+    out = capsys.readouterr().out
+    assert "model set 'tiny-coder' is ready (the default)" in out
+
+    model_set = modelsets.get("tiny-coder")
+    assert [level.role for level in model_set.levels] == ["target", "mxfp4", "draft"]
+    assert [level.path.name for level in model_set.levels] == [
+        "tiny-coder.bf16.gguf", "tiny-coder.mxfp4.gguf", "tiny-draft.mxfp4.gguf"]
+    assert all(level.path.parent == home.models_dir() and level.size_bytes > 0 for level in model_set.levels)
+
+    fetched = {(r.repo, r.filename) for r in fake_hub.gets()}
+    for repo in ("org/Tiny-Coder", "org/tiny-draft"):
+        assert (repo, "model.safetensors") in fetched and (repo, "tokenizer.json") in fetched
+        for unwanted in ("README.md", "pytorch_model.bin", "onnx/model.safetensors"):
+            assert (repo, unwanted) not in fetched
+    assert fake_hub.unknown == [], "every endpoint huggingface-hub called is one the fake hub knows"
+
+    pytest.importorskip("llama_cpp")
+    from assistant.speculative.pipeline import Pipeline
+
+    def generate(levels):
+        with Pipeline.load(model_set, levels=levels, n_ctx=256, threads=1) as pipeline:
+            events = list(pipeline.generate("def fibonacci(n):", max_tokens=12))
+        return [event.token for event in events[:-1]]
+
+    alone, chained = generate(1), generate(3)
+    assert len(alone) == 12
+    assert chained == alone, "the pulled three-level set generates what its target alone generates"
+
+
+def test_known_pair_is_suggested_not_downloaded(fake_hub, served, capsys):
+    fake_hub.add_repo("Qwen/Qwen2.5-Coder-7B-Instruct", served("qwen", extra=False))
+
+    assert pull("Qwen/Qwen2.5-Coder-7B-Instruct") == 0
+    out = capsys.readouterr().out
+    assert "add --draft Qwen/Qwen2.5-Coder-0.5B-Instruct" in out
+    assert {r.repo for r in fake_hub.log} == {"Qwen/Qwen2.5-Coder-7B-Instruct"}
+    assert [lv.role for lv in modelsets.get("qwen2.5-coder-7b-instruct").levels] == ["target", "mxfp4"]
+
+
+def test_missing_repository_is_a_clear_error(fake_hub, capsys):
+    assert pull("org/no-such-model") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: org/no-such-model: no such model repository on http://127.0.0.1:")
+    assert len(err.strip().splitlines()) == 1
+    assert models_left() == []
+
+
+def test_missing_revision_is_a_clear_error(fake_hub, served, capsys):
+    fake_hub.add_repo("org/tiny", served("tiny", extra=False))
+    assert pull("org/tiny", "--revision", "v9") == 1
+    assert capsys.readouterr().err == "error: org/tiny: revision 'v9' not found (a branch, tag or commit)\n"
+
+
+def test_gated_repository_needs_a_token(fake_hub, served, capsys, monkeypatch):
+    fake_hub.add_repo("org/gated", served("gated", extra=False), gated=True)
+
+    assert pull("org/gated") == 1
+    err = capsys.readouterr().err
+    assert err == (f"error: org/gated is gated: accept its terms at {fake_hub.url}/org/gated, "
+                   "then set HF_TOKEN or run `hf auth login`\n")
+    assert [r.status for r in fake_hub.log if r.filename] == [401]
+
+    monkeypatch.setenv("HF_TOKEN", "hf_someone_else")
+    assert pull("org/gated") == 1
+    assert "the Hugging Face token in use has no access" in capsys.readouterr().err
+    assert models_left() == [] and fake_hub.completed_files("org/gated") == set()
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert pull("org/gated") == 0
+    assert len(modelsets.get("gated").levels) == 2
+
+
+def test_disconnect_mid_file_is_resumed_with_a_range_request(fake_hub, served):
+    # huggingface-hub writes 10 MiB chunks, so a resume starts at the last whole chunk: use the 65 MB demo target.
+    repo = fake_hub.add_repo("org/flaky", served("flaky", extra=False, source="target"))
+    weights = repo.files["model.safetensors"]
+    cut = len(weights) // 2
+    fake_hub.disconnect("org/flaky", "model.safetensors", after_bytes=cut)
+
+    assert pull("org/flaky") == 0
+    gets = [r for r in fake_hub.gets("org/flaky") if r.filename == "model.safetensors"]
+    assert [r.completed for r in gets] == [False, True]
+    assert gets[0].range is None and gets[1].range.startswith("bytes=")
+    assert 0 < int(gets[1].range[len("bytes="):-1]) <= cut, "the second request asks only for the missing tail"
+    cached = next(fake_hub.cache_dir.rglob("snapshots/*/model.safetensors"))
+    assert hashlib.sha256(cached.read_bytes()).digest() == hashlib.sha256(weights).digest()
+    assert len(modelsets.get("flaky").levels) == 2
+
+
+def test_interrupted_pull_resumes_without_fetching_finished_files(fake_hub, served, capsys):
+    fake_hub.add_repo("org/big", served("big", extra=False))
+    fake_hub.add_repo("org/small", served("small", extra=False))
+    stalled = fake_hub.stall("org/small", "model.safetensors", after_bytes=100_000)
+
+    # The user presses Ctrl-C while the draft's weights are coming in.
+    command = [sys.executable, "-m", "assistant", "pull", "org/big", "--draft", "org/small"]
+    process = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert stalled.wait(timeout=120), "the pull never reached the draft's weights"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert list(fake_hub.cache_dir.rglob("*.incomplete")) == [], "no partial file is left in the cache"
+    assert models_left() == [], "nothing is converted or registered before every file is here"
+    first_run = len(fake_hub.log)
+    assert fake_hub.completed_files("org/big") == {
+        "model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+
+    assert pull("org/big", "--draft", "org/small") == 0
+    second_run = [r for r in fake_hub.log[first_run:] if r.method == "GET" and r.filename]
+    assert [(r.repo, r.filename) for r in second_run if r.repo == "org/big"] == [], "finished files are not fetched again"
+    assert ("org/small", "model.safetensors") in {(r.repo, r.filename) for r in second_run if r.completed}
+    assert [lv.role for lv in modelsets.get("big").levels] == ["target", "mxfp4", "draft"]
+
+
+def test_insufficient_disk_is_refused_with_the_numbers(fake_hub, served, capsys):
+    repo = fake_hub.add_repo("org/huge", served("huge", extra=False))
+    repo.advertised["model.safetensors"] = 900 * 10**12  # larger than any disk this test runs on
+
+    assert pull("org/huge") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: not enough disk space for pulling org/huge: needs 2250.0 TB (download 900.0 TB in ")
+    assert "conversion 1350.0 TB in " in err and " free there" in err
+    assert fake_hub.gets() == [], "nothing is downloaded"
+    assert models_left() == []
+
+
+def test_bad_name_and_taken_name_are_refused(fake_hub, served, capsys):
+    fake_hub.add_repo("org/tiny", served("tiny", extra=False))
+    assert pull("org/tiny", "--name", "../evil") == 1
+    assert "--name '../evil': use letters, digits" in capsys.readouterr().err
+    assert pull("org/tiny") == 0
+    assert pull("org/tiny") == 1
+    assert "model set 'tiny' already exists" in capsys.readouterr().err
