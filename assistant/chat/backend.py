@@ -39,6 +39,25 @@ def prompt_messages(system_prompt: str, history: list[Message]) -> list[dict]:
     return messages
 
 
+TURN_OVERHEAD = 8  # tokens a chat template adds around each message, a generous estimate
+
+
+def fit_context(pipeline, messages: list[dict], max_tokens: int) -> list[dict]:
+    """Drop the oldest turns (never the system prompt or the last message) until the prompt and the answer fit.
+
+    A single message too long for the context still goes through, so the pipeline's own error names it."""
+    budget = pipeline.n_ctx - max_tokens
+    system = [m for m in messages[:1] if m["role"] == "system"]
+    turns = messages[len(system):]
+    sizes = [len(pipeline.tokenize(m["content"])) + TURN_OVERHEAD for m in system + turns]
+    total = sum(sizes)
+    dropped = 0
+    while total > budget and dropped < len(turns) - 1:
+        total -= sizes[len(system) + dropped]
+        dropped += 1
+    return system + turns[dropped:]
+
+
 def generate(
     pipeline,
     store: Store,
@@ -57,6 +76,7 @@ def generate(
     stats = None
     try:
         sampling = Sampling(temperature=settings.temperature)
+        messages = fit_context(pipeline, messages, settings.max_tokens)
         for event in pipeline.chat(messages, sampling=sampling, max_tokens=settings.max_tokens, cancel=cancel):
             if isinstance(event, Stats):
                 stats = stats_dict(event)

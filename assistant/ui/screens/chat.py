@@ -209,7 +209,7 @@ class ChatScreen(Screen):
 
     @on(ConversationList.Chosen)
     async def _chosen(self, event: ConversationList.Chosen) -> None:
-        if type(event) is not ConversationList.Chosen or self._busy():
+        if self._busy():
             return
         await self.open_conversation(event.conversation_id)
         self.refresh_conversations()
@@ -217,7 +217,8 @@ class ChatScreen(Screen):
 
     @on(ConversationList.RenameRequested)
     def _rename_requested(self, event: ConversationList.RenameRequested) -> None:
-        self.rename_conversation(event.conversation_id)
+        if type(event) is ConversationList.RenameRequested:  # not its subclass DeleteRequested
+            self.rename_conversation(event.conversation_id)
 
     @on(ConversationList.DeleteRequested)
     def _delete_requested(self, event: ConversationList.DeleteRequested) -> None:

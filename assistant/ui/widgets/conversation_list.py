@@ -21,10 +21,12 @@ class ConversationList(Vertical):
             super().__init__()
             self.conversation_id = conversation_id
 
-    class RenameRequested(Chosen):
-        pass
+    class RenameRequested(Message):
+        def __init__(self, conversation_id: int):
+            super().__init__()
+            self.conversation_id = conversation_id
 
-    class DeleteRequested(Chosen):
+    class DeleteRequested(RenameRequested):
         pass
 
     class SearchChanged(Message):

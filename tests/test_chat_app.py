@@ -1,0 +1,268 @@
+"""The chat app driven by Pilot against the real engine on the converted bench pair and a real SQLite file."""
+
+import json
+import time
+
+import pytest
+
+from assistant import home, modelsets
+from assistant.chat import settings as chat_settings
+from assistant.chat.store import Store
+from assistant.ui.app import ChatApp
+from assistant.ui.screens.ask import AskScreen, ConfirmScreen
+from assistant.ui.screens.chat import ChatScreen
+from assistant.ui.screens.help import HelpScreen
+from assistant.ui.widgets.conversation_list import ConversationList
+from assistant.ui.widgets.messages import AnswerView, MessageView
+from assistant.ui.widgets.prompt_input import PromptInput
+from assistant.ui.widgets.status_line import StatusLine
+
+pytestmark = pytest.mark.anyio
+
+SIZE = (110, 36)
+QUESTION = "Write a function that reverses a linked list"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"  # Textual runs on asyncio
+
+
+def make_app(**changes) -> ChatApp:
+    settings = chat_settings.ChatSettings(max_tokens=48, n_ctx=1024)
+    for key, value in changes.items():
+        setattr(settings, key, value)
+    return ChatApp(settings, Store())
+
+
+async def until(pilot, condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the app"
+        await pilot.pause(0.05)
+
+
+async def settle(pilot):
+    """Wait for loading and generation workers to finish and their results to reach the screen."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+
+
+async def ask(pilot, text=QUESTION):
+    prompt = pilot.app.screen.query_one(PromptInput)
+    await pilot.click(PromptInput)
+    if len(text) > 100:
+        prompt.text = text  # as if pasted: thousands of key presses would only slow the test down
+        await pilot.press("enter")
+    else:
+        await pilot.press(*text, "enter")
+    await settle(pilot)
+
+
+def saved_messages():
+    store = Store()
+    conversation = store.latest_conversation()
+    return conversation, store.messages(conversation.id)
+
+
+async def test_send_streams_an_answer_saved_with_its_provenance(demo_set):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await pilot.press(*"Write a function", "ctrl+j", *"that adds two numbers")  # Ctrl+J: a newline
+        assert screen.query_one(PromptInput).text == "Write a function\nthat adds two numbers"
+        await pilot.press("enter")
+        assert screen.query_one(PromptInput).text == ""
+        await settle(pilot)
+        (answer,) = screen.query(AnswerView)
+        assert answer.text.strip()
+        status = screen.query_one(StatusLine)
+        assert status.model == "demo · target ← mxfp4 ← draft"
+        assert status.state == "ready"
+        assert "tok/s" in status.speed and "α" in status.speed
+        assert status.context.startswith("ctx ") and not status.context.startswith("ctx 0/")
+        conversation, messages = saved_messages()
+        assert conversation.title == "Write a function"
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[0].content == "Write a function\nthat adds two numbers"
+        assert messages[1].content == answer.text and messages[1].complete
+        assert messages[1].stats["new_tokens"] == 48 or messages[1].stats["stop_reason"] != "cancelled"
+        assert {level for level, _ in messages[1].provenance} - {0}, "some tokens came from the drafts"
+
+
+async def test_window_is_interactive_while_models_load(demo_set):
+    started = time.monotonic()
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h", "i")
+        assert app.screen.query_one(PromptInput).text == "hi"
+        assert time.monotonic() - started < 1.0
+        status = app.screen.query_one(StatusLine)
+        assert status.loading and status.state.startswith("loading 3 levels")
+        await settle(pilot)
+        assert not status.loading and status.state == "ready"
+
+
+async def test_esc_stops_and_keeps_what_was_shown(demo_set):
+    app = make_app(max_tokens=900)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(*QUESTION, "enter")
+        screen = app.screen
+        await until(pilot, lambda: len(screen.query(AnswerView)) and len(screen.query_one(AnswerView).text) > 20)
+        await pilot.press("escape")
+        await settle(pilot)
+        answer = screen.query_one(AnswerView)
+        assert answer.note == "stopped"
+        _, messages = saved_messages()
+        assert messages[1].content == answer.text and not messages[1].complete
+        assert messages[1].stats["stop_reason"] == "cancelled"
+        assert messages[1].stats["new_tokens"] < 900
+
+
+async def test_regenerate_replaces_the_last_answer(demo_set):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot)
+        first = app.screen.query_one(AnswerView).text
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        (again,) = app.screen.query(AnswerView)
+        assert again.text == first  # greedy: the same answer, from scratch
+        _, messages = saved_messages()
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[1].id == again.message_id
+
+
+async def test_new_chat_and_resume_after_restart(demo_set):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "first question")
+        first_answer = app.screen.query_one(AnswerView).text
+        await pilot.press("ctrl+n")
+        assert not app.screen.query(".message")
+        await ask(pilot, "second question")
+        titles = [c.title for c in Store().conversations()]
+        assert titles == ["second question", "first question"]
+    app = make_app()  # a restart resumes the latest conversation
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        users = [view.content for view in app.screen.query(MessageView) if view.role == "user"]
+        assert users == ["second question"]
+        options = app.screen.query_one("#conversation-options")
+        assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == [
+            "second question", "first question"]
+        options.focus()
+        await pilot.press("down", "enter")  # open the older one from the list
+        await pilot.pause(0.1)
+        assert app.screen.query_one(AnswerView).text == first_answer
+        await ask(pilot, "follow-up")
+        _, messages = saved_messages()
+        assert [m.content for m in messages if m.role == "user"] == ["first question", "follow-up"]
+
+
+async def test_speculation_view_on_and_off(demo_set):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot)
+        screen = app.screen
+        legend = screen.query_one("#legend")
+        answer = screen.query_one(AnswerView)
+        assert not legend.display and not answer.query_one(".speculation").display
+        await pilot.press("f3")
+        assert legend.display and answer.query_one(".speculation").display
+        assert not answer.query_one("Markdown").display
+        assert "small draft (accepted)" in str(legend.render())
+        spans = answer.query_one(".speculation").render().spans
+        assert len({span.style for span in spans}) >= 2, "tokens from several levels, each in its colour"
+        assert json.loads(home.config_path().read_text())["chat"]["speculation_view"] is True
+        await pilot.press("f3")
+        assert not legend.display and answer.query_one("Markdown").display
+    assert chat_settings.load().speculation_view is False
+
+
+async def test_backend_errors_show_as_messages_and_the_app_recovers(demo_set, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(demo_set.target.path.read_bytes()[:4096])  # a truncated model file
+    modelsets.register("broken", [modelsets.Level("target", broken)], make_default=True)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await ask(pilot)
+        screen = app.screen
+        assert screen.query_one(StatusLine).state == "no model"
+        errors = [view.content for view in screen.query(MessageView) if view.role == "error"]
+        assert errors and "broken" in errors[-1]
+        assert not screen.query(AnswerView)  # the empty answer is not kept
+        screen.switch_model_set("demo")
+        await settle(pilot)
+        await pilot.press("ctrl+r")  # the question again, now with a working model set: the error goes
+        await settle(pilot)
+        assert screen.query_one(AnswerView).text
+        assert not [view for view in screen.query(MessageView) if view.role == "error"]
+        # a message longer than the whole context is refused by the real pipeline, shown as an error
+        await ask(pilot, "x " * 1200)
+        (error,) = [view.content for view in screen.query(MessageView) if view.role == "error"]
+        assert "context" in error and screen.query_one(StatusLine).state == "ready"
+        await ask(pilot, "still works?")  # the long message is left out of the prompt from now on
+        assert screen.query(AnswerView).last().text
+    _, messages = saved_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "error", "user", "assistant"]
+
+
+async def test_palette_help_and_conversation_management(demo_set):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "Write a function")
+        screen = app.screen
+        # copy a code block or the whole answer through the palette
+        await pilot.press("ctrl+p")
+        await pilot.press(*"copy last answer")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert app.clipboard == screen.query_one(AnswerView).text
+        # rename through the palette's dialog
+        await pilot.press("ctrl+p", *"rename conversation")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, AskScreen)
+        await pilot.press("ctrl+a", "ctrl+k", *"Adder", "enter")  # to the start, delete to the end, type
+        await pilot.pause(0.1)
+        title = Store().conversation(screen.conversation.id).title
+        assert title == "Adder"
+        # search filters the list by message text
+        screen.action_search_conversations()
+        await pilot.press(*"no such text")
+        await pilot.pause(0.1)
+        assert screen.query_one("#conversation-options").option_count == 0
+        await pilot.press(*["backspace"] * 12)
+        assert screen.query_one("#conversation-options").option_count == 1
+        # export
+        screen.export_conversation()
+        (exported,) = (home.data_dir() / "exports").iterdir()
+        assert exported.read_text().startswith(f"# {title}\n")
+        # help lists the keys with their binding ids
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        # delete, after confirming
+        screen.delete_conversation()
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.click("#confirm")
+        await pilot.pause(0.1)
+        assert Store().conversations() == [] and not screen.query(".message")
+
+
+async def test_keymap_from_the_config_file_remaps_bindings(demo_set):
+    chat_settings.save(chat_settings.ChatSettings(max_tokens=8, n_ctx=1024, keymap={"chat.new": "ctrl+t"}))
+    app = ChatApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "hello")
+        await pilot.press("ctrl+n")
+        assert app.screen.query(".message")
+        await pilot.press("ctrl+t")
+        assert not app.screen.query(".message")

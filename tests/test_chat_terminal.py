@@ -1,0 +1,136 @@
+"""`assistant chat` in a real terminal (tmux): ask, wait, quit, resume; and kill -9 mid-answer loses nothing shown."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from assistant.chat.settings import ChatSettings, save
+from assistant.chat.store import Store
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURES = Path(os.environ.get("ASSISTANT_CAPTURES", "")) if os.environ.get("ASSISTANT_CAPTURES") else None
+
+
+class Terminal:
+    """One tmux session running `assistant chat`; always killed on exit, whatever happened."""
+
+    def __init__(self, home: Path, *args: str, width=120, height=40):
+        self.name = f"assistant-test-{uuid.uuid4().hex[:8]}"
+        env = f"ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={ROOT} TERM=xterm-256color"
+        command = f"cd {ROOT} && exec env {env} {sys.executable} -m assistant chat {' '.join(args)}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), command],
+                       check=True)
+        self.pid = int(self.tmux("display-message", "-p", "-t", self.name, "#{pane_pid}").strip())
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", *args], capture_output=True, text=True).stdout
+
+    def alive(self) -> bool:
+        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+
+    def capture(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name)
+
+    def send(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, condition, timeout=240.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.capture()
+            if condition(screen):
+                return screen
+            if not self.alive():
+                raise AssertionError("assistant chat exited early")
+            time.sleep(0.2)
+        raise AssertionError(f"timed out; the screen shows:\n{self.capture()}")
+
+    def wait_exit(self, timeout=20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            assert time.monotonic() < deadline, f"did not exit; the screen shows:\n{self.capture()}"
+            time.sleep(0.1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def keep(name: str, screen: str) -> None:
+    """Write a capture where ASSISTANT_CAPTURES points, for the record."""
+    if CAPTURES:
+        CAPTURES.mkdir(parents=True, exist_ok=True)
+        (CAPTURES / name).write_text(screen)
+
+
+def status_line(screen: str) -> str:
+    lines = [line for line in screen.splitlines() if line.strip()]
+    return lines[-2] if len(lines) > 1 else ""
+
+
+@pytest.mark.slow
+def test_chat_on_the_demo_set_then_resume(assistant_home):
+    """A fresh user: `assistant chat` prepares the bundled demo set itself, answers, and resumes next time."""
+    question = "def fibonacci"
+    with Terminal(assistant_home) as terminal:
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s), timeout=300)
+        assert "toy trained for benchmarks" in screen and "assistant pull" in screen
+        terminal.send(question, "Enter")
+        screen = terminal.wait_for(lambda s: "tok/s" in status_line(s))
+        keep("main-screen.txt", screen)
+        terminal.send("F3")
+        keep("speculation-view.txt", terminal.wait_for(lambda s: "Speculation view:" in s, timeout=10))
+        terminal.send("C-q")
+        terminal.wait_exit()
+    store = Store(assistant_home / "conversations.sqlite3")
+    (conversation,) = store.conversations()
+    user, answer = store.messages(conversation.id)
+    assert (user.role, user.content, conversation.title) == ("user", question, question)
+    assert answer.role == "assistant" and answer.content.strip() and answer.complete
+    with Terminal(assistant_home) as terminal:
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s), timeout=60)
+        assert question in screen  # the conversation is back, with its answer
+        first_line = next(line for line in answer.content.splitlines() if line.strip()).strip()[:20]
+        assert first_line in screen
+        terminal.send("C-q")
+        terminal.wait_exit()
+
+
+def test_kill_9_during_an_answer_loses_nothing_on_screen(assistant_home, demo_set):
+    save(ChatSettings(max_tokens=3000, speculation_view=True))  # plain text on screen, easy to compare
+    with Terminal(assistant_home, width=100, height=30) as terminal:
+        terminal.wait_for(lambda s: "ready" in status_line(s), timeout=120)
+        terminal.send("C-b")  # hide the conversation list: only the answer's text in the message column
+        terminal.send("class Tokenizer", "Enter")
+        screen = terminal.wait_for(lambda s: len(answer_lines(s)) >= 6, timeout=120)
+        os.kill(terminal.pid, signal.SIGKILL)
+        terminal.wait_exit()
+    shown = "".join(answer_lines(screen)).replace(" ", "")
+    store = Store(assistant_home / "conversations.sqlite3")
+    (conversation,) = store.conversations()
+    _, answer = store.messages(conversation.id)
+    assert not answer.complete
+    assert shown and shown in re.sub(r"\s", "", answer.content), (screen, answer.content)
+
+
+def answer_lines(screen: str) -> list[str]:
+    """The answer's lines as shown: after the last "Assistant" label, before the legend."""
+    lines = screen.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == "Assistant"]
+    ends = [i for i, line in enumerate(lines) if "Speculation view:" in line]
+    if not starts or not ends or ends[-1] < starts[-1]:
+        return []
+    return [line.strip() for line in lines[starts[-1] + 1: ends[-1]] if line.strip()]

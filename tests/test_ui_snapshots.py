@@ -1,0 +1,67 @@
+"""Layout snapshots of the main screen (with and without the speculation view), the palette and help.
+
+The conversation is written to the real store beforehand and the real models are loaded; nothing timed
+is on screen, so the pictures are deterministic. Update with `pytest --snapshot-update`."""
+
+import pytest
+
+from assistant.chat.settings import ChatSettings
+from assistant.chat.store import Store
+from assistant.ui.app import ChatApp
+
+SIZE = (100, 30)
+ANSWER = [
+    (2, "Here is a function that adds two numbers:\n\n```python\ndef add("),
+    (0, "a"),
+    (1, ", b):\n    "),
+    (2, "return a + b\n```\n\nCall it as `add(1, 2)`"),
+    (0, "."),
+]
+
+
+@pytest.fixture
+def chat_app(demo_set):
+    store = Store()
+    conversation = store.new_conversation()
+    store.add_message(conversation.id, "user", "Write a function that adds two numbers")
+    answer = store.add_message(conversation.id, "assistant", "", complete=False)
+    store.update_answer(answer.id, "".join(text for _, text in ANSWER), ANSWER, None, True)
+    other = store.new_conversation()
+    store.add_message(other.id, "user", "Parse a CSV file")
+    store.touch(conversation.id)
+
+    def make(**changes):
+        return ChatApp(ChatSettings(n_ctx=1024, **changes), store)
+
+    return make
+
+
+async def models_loaded(pilot):
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.2)
+
+
+def test_main_screen(chat_app, snap_compare):
+    assert snap_compare(chat_app(), terminal_size=SIZE, run_before=models_loaded)
+
+
+def test_main_screen_with_speculation_view(chat_app, snap_compare):
+    assert snap_compare(chat_app(speculation_view=True), terminal_size=SIZE, run_before=models_loaded)
+
+
+def test_command_palette(chat_app, snap_compare):
+    async def open_palette(pilot):
+        await models_loaded(pilot)
+        await pilot.press("ctrl+p", *"spec")
+        await pilot.pause(0.5)
+
+    assert snap_compare(chat_app(), terminal_size=SIZE, run_before=open_palette)
+
+
+def test_help_screen(chat_app, snap_compare):
+    async def open_help(pilot):
+        await models_loaded(pilot)
+        await pilot.press("f1")
+        await pilot.pause(0.3)
+
+    assert snap_compare(chat_app(), terminal_size=SIZE, run_before=open_help)
