@@ -184,3 +184,22 @@ def test_bad_name_and_taken_name_are_refused(fake_hub, served, capsys):
     assert pull("org/tiny") == 0
     assert pull("org/tiny") == 1
     assert "model set 'tiny' already exists" in capsys.readouterr().err
+
+
+def test_existing_files_are_not_overwritten_without_force(fake_hub, served, capsys):
+    fake_hub.add_repo("org/tiny", served("tiny", extra=False))
+    stray = home.models_dir() / "tiny.mxfp4.gguf"
+    stray.write_bytes(b"someone else's file")
+    assert pull("org/tiny") == 1
+    assert capsys.readouterr().err == f"error: {stray}: already exists; pass --force to overwrite it\n"
+    assert fake_hub.gets() == [] and stray.read_bytes() == b"someone else's file"
+    assert pull("org/tiny", "--force") == 0
+    assert modelsets.get("tiny").levels[1].path == stray and stray.stat().st_size > 1000
+
+
+def test_unreachable_hub_is_a_clear_error(fake_hub, monkeypatch, capsys):
+    fake_hub.stop()
+    assert pull("org/tiny") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: downloading org/tiny from {fake_hub.url} failed (")
+    assert err.endswith("; run the same command again to resume\n") and len(err.splitlines()) == 1

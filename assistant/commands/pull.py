@@ -68,6 +68,15 @@ def pull(repo_id: str, revision: str | None = None, draft: str | None = None, na
         else:
             draft_plan = hub.plan(draft)
 
+    outputs_planned = [models_dir / f"{name}.bf16.gguf", models_dir / f"{name}.mxfp4.gguf"]
+    if draft_plan is not None:
+        if set_name(draft) == name:
+            raise AssistantError(f"the draft {draft} and the model set {name!r} would share file names: choose another --name")
+        outputs_planned.append(draft_file)
+    for path in outputs_planned:
+        if path.exists() and not force:
+            raise AssistantError(f"{path}: already exists; pass --force to overwrite it")
+
     plans = [p for p in (target_plan, draft_plan) if p is not None]
     download_bytes = sum(p.download_bytes for p in plans)
     cached_bytes = sum(f.size for p in plans for f in p.files if f.cached)
