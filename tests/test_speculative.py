@@ -1,0 +1,133 @@
+"""The coordinator end to end over real contexts: greedy chains reproduce the target token for token,
+and every way a generation ends (EOS, max tokens, stop string, cancel, context) is reported."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from assistant.engine.chat_template import apply_chat_template
+from assistant.errors import AssistantError
+from assistant.speculative import LevelStats, Pipeline, Sampling, Stats, TokenEvent
+
+PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "prompts.jsonl"
+
+
+def bench_prompts():
+    if not PROMPTS.exists():
+        pytest.skip(f"{PROMPTS} is not present")
+    return [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+
+
+def run(pipeline, messages, **options):
+    events = list(pipeline.chat(messages, **options))
+    tokens = [event for event in events[:-1]]
+    assert all(isinstance(event, TokenEvent) for event in tokens)
+    assert isinstance(events[-1], Stats)
+    return [event.token for event in tokens], events[-1], tokens
+
+
+def chains(gguf):
+    t, m, d = gguf["target_bf16"], gguf["target_mxfp4"], gguf["draft_bf16"]
+    return {"2-level mxfp4": ([t, m], {}), "2-level draft": ([t, d], {}), "3-level": ([t, m, d], {}),
+            "3-level constant 8": ([t, m, d], {"draft_length": 8}), "2-level + ngram": ([t, d], {"ngram": True})}
+
+
+def count_differing(gguf, prompts, max_tokens=128):
+    """Prompts whose greedy output differs from the target alone, per chain."""
+    reference = Pipeline.load([gguf["target_bf16"]], n_ctx=2048)
+    expected = [run(reference, prompt["messages"], max_tokens=max_tokens)[0] for prompt in prompts]
+    reference.close()
+    differing = {}
+    for name, (paths, options) in chains(gguf).items():
+        with Pipeline.load(paths, n_ctx=2048, **options) as pipeline:
+            outputs = [run(pipeline, prompt["messages"], max_tokens=max_tokens) for prompt in prompts]
+        differing[name] = [p["id"] for p, want, (got, _, _) in zip(prompts, expected, outputs) if got != want]
+        assert any(stats.levels[1].proposed for _, stats, _ in outputs), name
+    return differing
+
+
+def test_greedy_chains_match_the_target_on_three_bench_prompts(bench_gguf):
+    prompts = bench_prompts()[::20][:3]
+    assert count_differing(bench_gguf, prompts) == {name: [] for name in chains(bench_gguf)}
+
+
+@pytest.mark.slow
+def test_greedy_chains_match_the_target_on_every_bench_prompt(bench_gguf):
+    differing = count_differing(bench_gguf, bench_prompts())
+    print({name: len(ids) for name, ids in differing.items()})
+    assert differing == {name: [] for name in chains(bench_gguf)}
+
+
+def test_events_carry_provenance_and_stats_add_up(three_level_pipeline):
+    prompt = bench_prompts()[1]["messages"]
+    tokens, stats, events = run(three_level_pipeline, prompt, max_tokens=48)
+    assert stats.new_tokens == len(tokens) and stats.stop_reason in ("max_tokens", "eos")
+    assert {event.level for event in events} <= {0, 1, 2}
+    assert any(event.level == 2 for event in events)  # the small draft got tokens through both verifiers
+    assert [level.role for level in stats.levels] == three_level_pipeline.roles == ["target", "draft1", "draft2"]
+    for level in stats.levels[1:]:
+        assert isinstance(level, LevelStats)
+        assert 0 < level.accepted <= level.proposed
+        assert level.acceptance == pytest.approx(level.accepted / level.proposed)
+        assert level.mean_accepted_length >= 1.0
+    assert 0 < sum(level.seconds for level in stats.levels) <= stats.seconds
+    assert stats.tokens_per_second == pytest.approx(stats.new_tokens / stats.seconds)
+    assert stats.prompt_tokens == len(three_level_pipeline.tokenize(apply_chat_template(three_level_pipeline.target, prompt)))
+    text = "".join(event.text for event in events)
+    assert text == three_level_pipeline.detokenize(tokens)
+
+
+def test_stop_string_ends_the_answer_before_it(three_level_pipeline, target_pipeline):
+    prompt = bench_prompts()[2]["messages"]
+    tokens, _, events = run(target_pipeline, prompt, max_tokens=64)
+    full = "".join(event.text for event in events)
+    stop = full[20:24]  # some text from inside the greedy answer
+    assert stop.strip()
+    _, stats, events = run(three_level_pipeline, prompt, max_tokens=64, stop=[stop, "never-there"])
+    assert stats.stop_reason == "stop"
+    assert "".join(event.text for event in events) == full[: full.index(stop)]
+
+
+def test_eos_ends_the_answer(three_level_pipeline):
+    for prompt in bench_prompts()[:12]:
+        tokens, stats, _ = run(three_level_pipeline, prompt["messages"], max_tokens=400)
+        if stats.stop_reason == "eos":
+            assert len(tokens) < 400
+            return
+    pytest.fail("no bench prompt ended with EOS within 400 tokens")
+
+
+def test_cancel_stops_at_a_token_boundary(three_level_pipeline):
+    cancel = threading.Event()
+    events = []
+    for event in three_level_pipeline.chat(bench_prompts()[3]["messages"], max_tokens=100, cancel=cancel):
+        events.append(event)
+        if len(events) == 5:
+            cancel.set()
+    assert events[-1].stop_reason == "cancelled"
+    assert events[-1].new_tokens == 5 and len(events) == 6
+
+
+def test_context_limit_ends_the_answer(bench_gguf):
+    with Pipeline.load([bench_gguf["target_bf16"], bench_gguf["draft_bf16"]], n_ctx=256, draft_length=8) as pipeline:
+        prompt = pipeline.tokenize("def main():\n" * 20)
+        events = list(pipeline.generate(prompt, max_tokens=1000))
+        stats = events[-1]
+        assert stats.stop_reason in ("context", "eos")
+        if stats.stop_reason == "context":
+            assert len(prompt) + stats.new_tokens == 256
+            assert pipeline.context_used <= 256
+
+
+def test_prompt_longer_than_the_context_is_refused(bench_gguf):
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256) as pipeline:
+        with pytest.raises(AssistantError, match=r"prompt has \d+ tokens but the context holds 256"):
+            pipeline.generate("x = 1\n" * 300)
+
+
+def test_max_tokens_and_greedy_sampling_object(three_level_pipeline):
+    tokens, stats, _ = run(three_level_pipeline, bench_prompts()[4]["messages"], max_tokens=7,
+                           sampling=Sampling(temperature=0.0))
+    assert len(tokens) == 7 and stats.stop_reason == "max_tokens"
