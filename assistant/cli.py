@@ -33,12 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+def with_default_command(argv: list[str]) -> list[str]:
+    """Bare `assistant` (or `assistant --some-chat-option`) means `assistant chat`."""
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
-        argv.insert(0, DEFAULT_COMMAND)
-    args = parser.parse_args(argv)
+        return [DEFAULT_COMMAND, *argv]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = with_default_command(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
     except AssistantError as error:

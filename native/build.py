@@ -16,6 +16,7 @@ Only the standard library is used, so it runs before any virtual environment exi
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -205,14 +206,18 @@ def build(root: Path, key: str) -> Path:
 
 
 def ensure_built() -> Path:
-    """The cache directory for the current inputs, building it when missing."""
+    """The cache directory for the current inputs, building it when missing (one build at a time)."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     key = build_key()
     done = root / key
     if (done / "build-info.json").exists():
         return done
-    return build(root, key)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (done / "build-info.json").exists():
+            return done
+        return build(root, key)
 
 
 def wheel_in(directory: Path) -> Path:
