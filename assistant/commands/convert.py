@@ -1,13 +1,51 @@
-"""Placeholder: `assistant convert` is being built (see the issue tracker)."""
+"""Convert a Hugging Face BF16 safetensors checkpoint to GGUF: the BF16 target and its MXFP4 direct cast,
+written to the user's models directory and registered as a model set (target first, then the MXFP4 copy)."""
 
-from assistant.errors import AssistantError
+from __future__ import annotations
 
-HELP = "(not built yet)"
+from pathlib import Path
+
+HELP = "convert a Hugging Face safetensors checkpoint to GGUF (BF16 target + MXFP4 draft) and register it"
+TYPES = ("bf16", "mxfp4", "q8_0", "f16")
 
 
 def add_arguments(parser):
-    pass
+    parser.add_argument("source", help="a .safetensors file (config.json and tokenizer files beside it) or a checkpoint directory")
+    parser.add_argument("--outdir", type=Path, help="where to write the GGUF files (default: the user models directory)")
+    parser.add_argument("--name", help="model set and file name (default: the checkpoint directory's name)")
+    parser.add_argument(
+        "--types", default="bf16,mxfp4",
+        help=f"comma-separated output types among {', '.join(TYPES)} (default: bf16,mxfp4)",
+    )
+    parser.add_argument(
+        "--mxfp4-embeddings", choices=("bf16", "mxfp4"), default=None,
+        help="type of the token embeddings and output head in the MXFP4 file (default: bf16, measured best)",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite existing output files")
+    parser.add_argument("--no-register", action="store_true", help="write the files without registering a model set")
 
 
 def run(args) -> int:
-    raise AssistantError("`assistant convert` is not built yet")
+    from assistant import modelsets
+    from assistant.errors import AssistantError
+    from converters import convert
+    from converters.pipeline import DEFAULT_MXFP4_EMBEDDINGS, default_name
+
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    for kind in types:
+        if kind not in TYPES:
+            raise AssistantError(f"--types: unknown type {kind!r} (choose from {', '.join(TYPES)})")
+    written = convert(
+        args.source, outdir=args.outdir, name=args.name, types=types, force=args.force,
+        mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
+    )
+    name = args.name or default_name(args.source)
+    sizes = ", ".join(f"{path} ({path.stat().st_size / 1e6:,.1f} MB)" for path in written.values())
+    print(f"wrote {sizes}")
+    if not args.no_register:
+        ordered = [kind for kind in ("bf16", "mxfp4", "q8_0", "f16") if kind in written]
+        # the first level is the target whatever its type; below it each level is named by its type
+        levels = [modelsets.Level("target" if i == 0 else kind, written[kind]) for i, kind in enumerate(ordered)]
+        modelsets.register(name, levels)
+        print(f"registered model set {name!r}: " + " -> ".join(level.role for level in levels))
+    return 0

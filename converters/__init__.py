@@ -1,0 +1,5 @@
+"""Hugging Face safetensors checkpoints -> GGUF (BF16 target, MXFP4 direct cast, Q8_0, F16)."""
+
+from converters.pipeline import convert
+
+__all__ = ["convert"]

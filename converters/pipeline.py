@@ -1,0 +1,204 @@
+"""`convert`: one pass over a Hugging Face checkpoint writing every requested GGUF file side by side.
+
+Every tensor is read once from the memory map, encoded for each output and released, so peak memory is a
+small multiple of the largest tensor. Outputs are written as ``*.part`` and renamed only when all are done.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from assistant import home
+from assistant.errors import AssistantError
+from converters import architectures, encodings
+from converters.checkpoint import Checkpoint, open_checkpoint
+from converters.progress import Progress
+from converters.safetensors_file import SUPPORTED_DTYPES, TensorEntry
+from converters.vocab import add_vocabulary
+
+TYPES = tuple(encodings.WEIGHT_TYPES)
+# Measured on the bench pair (see converters/README.md): BF16 embeddings and head keep the MXFP4 copy's
+# draft acceptance at 92% instead of 78% for a few percent more bytes.
+DEFAULT_MXFP4_EMBEDDINGS = "bf16"
+FALLBACK = Q.BF16  # for 2-D weights whose rows are not a multiple of the 32-value block
+
+
+@dataclass
+class PlannedTensor:
+    gguf_name: str
+    kind: gguf.MODEL_TENSOR
+    entry: TensorEntry | None  # None: generated (rope frequency factors)
+    data: np.ndarray | None = None
+    permute_heads: int = 0  # >0: q/k rows to reorder for ggml's rope layout
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.entry.shape if self.entry is not None else self.data.shape
+
+
+def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, rope_factors) -> list[PlannedTensor]:
+    """Map, check and order every tensor before anything is written."""
+    name_map = gguf.get_tensor_name_map(arch.arch, arch.layers)
+    planned: dict[str, PlannedTensor] = {}
+    T = gguf.MODEL_TENSOR
+    for hf_name, entry in checkpoint.tensors.items():
+        where = entry.file.path
+        if hf_name.endswith(architectures.IGNORED_SUFFIXES):
+            continue
+        found = name_map.get_type_and_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if found is None:
+            raise AssistantError(f"{where}: tensor {hf_name!r} has no GGUF name for {arch.hf_name}")
+        kind, gguf_name = found
+        if kind == T.OUTPUT and arch.tied:
+            continue  # tied: llama.cpp reads the head from token_embd
+        is_bias = gguf_name.endswith(".bias")
+        expected = architectures.expected_shape(arch, kind, is_bias)
+        if expected is None:
+            raise AssistantError(f"{where}: tensor {hf_name!r} ({kind.name}) is not part of a {arch.hf_name}")
+        if entry.shape != expected:
+            raise AssistantError(
+                f"{where}: tensor {hf_name!r} has shape {list(entry.shape)}, config.json implies {list(expected)}"
+            )
+        if entry.dtype not in SUPPORTED_DTYPES:
+            raise AssistantError(
+                f"{where}: tensor {hf_name!r} has unsupported dtype {entry.dtype} (supported: {', '.join(SUPPORTED_DTYPES)})"
+            )
+        heads = 0
+        if arch.permute_qk and kind in (T.ATTN_Q, T.ATTN_K):
+            heads = arch.heads if kind == T.ATTN_Q else arch.kv_heads
+        planned[gguf_name] = PlannedTensor(gguf_name, kind, entry, permute_heads=heads)
+
+    required = [(T.TOKEN_EMBD, None), (T.OUTPUT_NORM, None)] + ([] if arch.tied else [(T.OUTPUT, None)])
+    required += [(kind, layer) for layer in range(arch.layers) for kind in architectures.required_kinds(arch)]
+    for kind, layer in required:
+        name = gguf.TENSOR_NAMES[kind].format(bid=layer) + ".weight"
+        if name not in planned:
+            raise AssistantError(f"{checkpoint.directory}: checkpoint lacks the {name} weight a {arch.hf_name} needs")
+    order = list(planned.values())
+    if rope_factors is not None:
+        order.insert(0, PlannedTensor(gguf.TENSOR_NAMES[T.ROPE_FREQS] + ".weight", T.ROPE_FREQS, None, rope_factors))
+    return order
+
+
+def _output_type(tensor: PlannedTensor, weight_type: str, embeddings_type: str) -> Q:
+    if len(tensor.shape) == 1:
+        return Q.F32
+    wanted = encodings.WEIGHT_TYPES[weight_type]
+    if weight_type == "mxfp4" and tensor.kind in (gguf.MODEL_TENSOR.TOKEN_EMBD, gguf.MODEL_TENSOR.OUTPUT):
+        wanted = encodings.WEIGHT_TYPES[embeddings_type]
+    if wanted in encodings.BLOCKED and tensor.shape[-1] % 32:
+        return FALLBACK
+    return wanted
+
+
+def _load(tensor: PlannedTensor) -> np.ndarray:
+    if tensor.entry is None:
+        return tensor.data
+    array = tensor.entry.file.array(tensor.entry)
+    if tensor.permute_heads:
+        array = architectures.permute_for_rope(array, tensor.permute_heads)
+    return array
+
+
+def default_name(source) -> str:
+    """The checkpoint directory's name (for a file, the directory it sits in)."""
+    path = Path(source).expanduser().resolve()
+    return (path if path.is_dir() else path.parent).name
+
+
+class _Output:
+    """One GGUF file being written as NAME.TYPE.gguf.part."""
+
+    def __init__(self, path: Path, weight_type: str):
+        self.path, self.weight_type = path, weight_type
+        self.part = path.with_name(path.name + ".part")
+        self.writer: gguf.GGUFWriter | None = None
+        self.types: dict[str, Q] = {}
+
+    def discard(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:
+                pass
+        self.part.unlink(missing_ok=True)
+
+
+def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,
+            mxfp4_embeddings: str = DEFAULT_MXFP4_EMBEDDINGS) -> dict[str, Path]:
+    """Convert a Hugging Face safetensors checkpoint to one GGUF file per type; returns {type: path}."""
+    types = tuple(dict.fromkeys(types))
+    for kind in list(types) + [mxfp4_embeddings]:
+        if kind not in TYPES:
+            raise AssistantError(f"unknown output type {kind!r} (choose from {', '.join(TYPES)})")
+    if not types:
+        raise AssistantError("no output type requested")
+    checkpoint = open_checkpoint(source)
+    try:
+        config_path = checkpoint.directory / "config.json"
+        arch = architectures.read_architecture(checkpoint.config, config_path)
+        name = name or default_name(source)
+        outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
+        outdir.mkdir(parents=True, exist_ok=True)
+        outputs = [_Output(outdir / f"{name}.{kind}.gguf", kind) for kind in types]
+        if not force:
+            for output in outputs:
+                if output.path.exists():
+                    raise AssistantError(f"{output.path}: already exists (use --force to overwrite)")
+        metadata_probe = gguf.GGUFWriter(None, arch.gguf_name)
+        rope_factors = architectures.add_hyperparameters(metadata_probe, arch, config_path)
+        plan = _plan(checkpoint, arch, rope_factors)
+        _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress)
+    finally:
+        checkpoint.close()
+    return {output.weight_type: output.path for output in outputs}
+
+
+def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress) -> None:
+    total = sum(tensor.entry.nbytes for tensor in plan if tensor.entry is not None)
+    bar = Progress(f"converting {name}", total, enabled=progress)
+    try:
+        for output in outputs:
+            writer = output.writer = gguf.GGUFWriter(output.part, arch.gguf_name)
+            writer.add_name(name)
+            writer.add_file_type(encodings.FILE_TYPES[output.weight_type])
+            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            architectures.add_hyperparameters(writer, arch, checkpoint.directory / "config.json")
+            add_vocabulary(writer, checkpoint.directory, arch.vocab_size)
+            for tensor in plan:
+                qtype = output.types[tensor.gguf_name] = _output_type(tensor, output.weight_type, mxfp4_embeddings)
+                shape = encodings.byte_shape(tensor.shape, qtype)
+                writer.add_tensor_info(tensor.gguf_name, shape, np.dtype(np.uint8), int(np.prod(shape)), raw_dtype=qtype)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+        for tensor in plan:
+            array = _load(tensor)
+            for output in outputs:
+                output.writer.write_tensor_data(encodings.encode(array, output.types[tensor.gguf_name]))
+            del array
+            if tensor.entry is not None:
+                tensor.entry.file.release(tensor.entry)
+                bar.advance(tensor.entry.nbytes)
+        for output in outputs:
+            output.writer.close()
+            output.writer = None
+        for output in outputs:
+            os.replace(output.part, output.path)
+    except OSError as error:
+        for output in outputs:
+            output.discard()
+        target = error.filename or next((o.part for o in outputs), "output")
+        raise AssistantError(f"{target}: cannot write ({error.strerror or error})") from None
+    except BaseException:
+        for output in outputs:
+            output.discard()
+        raise
+    finally:
+        bar.finish()

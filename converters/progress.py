@@ -1,0 +1,35 @@
+"""A one-line progress bar with bytes/s on stderr, shown only on a terminal unless asked for."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    def __init__(self, label: str, total_bytes: int, enabled: bool | None = None, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.label, self.total, self.done = label, max(total_bytes, 1), 0
+        self.started = self.last_shown = time.monotonic()
+
+    def advance(self, nbytes: int) -> None:
+        self.done += nbytes
+        now = time.monotonic()
+        if self.enabled and (now - self.last_shown > 0.2 or self.done >= self.total):
+            self.last_shown = now
+            rate = self.done / max(now - self.started, 1e-9) / 1e6
+            width = 30
+            filled = int(width * self.done / self.total)
+            self.stream.write(
+                f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {100 * self.done / self.total:5.1f}% "
+                f"{self.done / 1e6:,.0f}/{self.total / 1e6:,.0f} MB {rate:,.0f} MB/s"
+            )
+            self.stream.flush()
+
+    def finish(self) -> float:
+        """Seconds since the start; ends the progress line."""
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+        return time.monotonic() - self.started
