@@ -1,17 +1,19 @@
-"""Loads llama_cpp once, initialises the backend and silences its log below errors.
+"""Loads llama_cpp once, initialises the backend and keeps its log off the terminal.
 
 llama.cpp prints hundreds of lines per model load to stderr; a chat UI and `--json` output must not
-carry them, so only errors are passed on (set ASSISTANT_LLAMA_LOG=1 to see everything).
+carry them. Error lines are kept (``recent_errors``) so our own one-line messages can quote them;
+set ASSISTANT_LLAMA_LOG=1 to see everything.
 """
 
 from __future__ import annotations
 
+import collections
 import os
-import sys
 
 _ready = False
 _log_callback = None  # kept alive: llama.cpp holds a pointer to it
 _LOG_LEVEL_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+recent_errors: collections.deque[str] = collections.deque(maxlen=8)
 
 
 def llama():
@@ -30,4 +32,13 @@ def llama():
 
 def _log_errors_only(level, text, _user_data):
     if level == _LOG_LEVEL_ERROR and text:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
+        line = text.decode("utf-8", errors="replace").strip()
+        if line:
+            recent_errors.append(line)
+
+
+def last_error() -> str:
+    """The latest llama.cpp error line, or "" (and forget them all)."""
+    line = recent_errors[-1] if recent_errors else ""
+    recent_errors.clear()
+    return line

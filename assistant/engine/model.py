@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from assistant.engine.backend import llama
+from assistant.engine.backend import last_error, llama
 from assistant.errors import AssistantError
 
 GGUF_MAGIC = b"GGUF"
@@ -20,9 +20,11 @@ class Model:
         lib = llama()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        last_error()
         handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
-            raise AssistantError(f"{self.path}: llama.cpp could not load this GGUF (unsupported architecture or damaged file)")
+            reason = last_error() or "unsupported architecture or damaged file"
+            raise AssistantError(f"{self.path}: llama.cpp could not load this GGUF ({reason})")
         self.handle = handle
         self.vocab = lib.llama_model_get_vocab(handle)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
