@@ -1,23 +1,15 @@
 """`assistant models` over sets made by real pulls: listing, choosing the default, removing with and without files."""
 
-import shutil
-from pathlib import Path
-
 import pytest
 
-import assistant
 from assistant import cli, home, modelsets
-
-DEMO = Path(assistant.__file__).resolve().parent / "demo"
 
 
 @pytest.fixture
-def two_sets(fake_hub, tmp_path, capsys):
+def two_sets(fake_hub, tiny_checkpoint, capsys):
     """Two pulled sets sharing one draft file, as a user who pulled two targets with the same draft has."""
-    for repo, source in (("org/alpha", "draft"), ("org/beta", "draft"), ("org/mini", "draft")):
-        directory = tmp_path / repo
-        shutil.copytree(DEMO / source, directory)
-        fake_hub.add_repo(repo, directory)
+    for seed, repo in enumerate(("org/alpha", "org/beta", "org/mini")):
+        fake_hub.add_repo(repo, tiny_checkpoint("qwen2", seed=seed))
     assert cli.main(["pull", "org/alpha", "--draft", "org/mini"]) == 0
     assert cli.main(["pull", "org/beta", "--draft", "org/mini"]) == 0
     out = capsys.readouterr().out
