@@ -141,6 +141,17 @@ def expected_shape(a: Architecture, kind: gguf.MODEL_TENSOR, is_bias: bool) -> t
     return shape[:1] if is_bias else shape
 
 
+def bias_allowed(a: Architecture, kind: gguf.MODEL_TENSOR) -> bool:
+    """Biases llama.cpp applies for the architecture: Qwen2 on q/k/v; Llama on attention and feed-forward;
+    none for Qwen3 (its graph has no attention-output bias)."""
+    T = gguf.MODEL_TENSOR
+    if a.arch == gguf.MODEL_ARCH.QWEN2:
+        return kind in (T.ATTN_Q, T.ATTN_K, T.ATTN_V)
+    if a.arch == gguf.MODEL_ARCH.LLAMA:
+        return kind in (T.ATTN_Q, T.ATTN_K, T.ATTN_V, T.ATTN_OUT, T.FFN_GATE, T.FFN_UP, T.FFN_DOWN)
+    return False
+
+
 def required_kinds(a: Architecture) -> list[gguf.MODEL_TENSOR]:
     T = gguf.MODEL_TENSOR
     kinds = [T.ATTN_NORM, T.ATTN_Q, T.ATTN_K, T.ATTN_V, T.ATTN_OUT, T.FFN_NORM, T.FFN_GATE, T.FFN_UP, T.FFN_DOWN]

@@ -58,6 +58,8 @@ def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, rope_factors
         if kind == T.OUTPUT and arch.tied:
             continue  # tied: llama.cpp reads the head from token_embd
         is_bias = gguf_name.endswith(".bias")
+        if is_bias and not architectures.bias_allowed(arch, kind):
+            raise AssistantError(f"{where}: tensor {hf_name!r}: llama.cpp's {arch.gguf_name} has no such bias")
         expected = architectures.expected_shape(arch, kind, is_bias)
         if expected is None:
             raise AssistantError(f"{where}: tensor {hf_name!r} ({kind.name}) is not part of a {arch.hf_name}")
@@ -195,7 +197,8 @@ def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress
         for output in outputs:
             output.discard()
         target = error.filename or next((o.part for o in outputs), "output")
-        raise AssistantError(f"{target}: cannot write ({error.strerror or error})") from None
+        reason = error.strerror or f"the disk is full or a file size limit was reached: {error}"
+        raise AssistantError(f"{target}: cannot write ({reason})") from None
     except BaseException:
         for output in outputs:
             output.discard()

@@ -26,11 +26,14 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    import logging
+
     from assistant import modelsets
     from assistant.errors import AssistantError
     from converters import convert
     from converters.pipeline import DEFAULT_MXFP4_EMBEDDINGS, default_name
 
+    logging.getLogger("gguf").setLevel(logging.ERROR)  # gguf-py's notes on tokenizer quirks are not errors
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     for kind in types:
         if kind not in TYPES:
@@ -41,11 +44,15 @@ def run(args) -> int:
     )
     name = args.name or default_name(args.source)
     sizes = ", ".join(f"{path} ({path.stat().st_size / 1e6:,.1f} MB)" for path in written.values())
-    print(f"wrote {sizes}")
+    summary = f"wrote {sizes}"
     if not args.no_register:
         ordered = [kind for kind in ("bf16", "mxfp4", "q8_0", "f16") if kind in written]
         # the first level is the target whatever its type; below it each level is named by its type
         levels = [modelsets.Level("target" if i == 0 else kind, written[kind]) for i, kind in enumerate(ordered)]
-        modelsets.register(name, levels)
-        print(f"registered model set {name!r}: " + " -> ".join(level.role for level in levels))
+        try:
+            modelsets.register(name, levels)
+        except modelsets.ModelSetError as error:
+            raise AssistantError(str(error)) from None
+        summary += f"; registered model set {name!r} ({' -> '.join(level.role for level in levels)})"
+    print(summary)
     return 0
