@@ -165,7 +165,7 @@ def hub_errors(repo_id: str, revision: str, filename: str | None = None):
         ) from None
     except errors.RevisionNotFoundError:
         raise AssistantError(f"{repo_id}: revision {revision!r} not found (a branch, tag or commit)") from None
-    except errors.RemoteEntryNotFoundError:
+    except getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError):  # renamed in huggingface-hub 1.x
         raise AssistantError(f"{where}: not found on {endpoint()} at revision {revision}") from None
     except errors.HFValidationError as error:
         raise AssistantError(f"{repo_id!r} is not a Hugging Face repository id ({error})") from None
