@@ -3,7 +3,8 @@
 Each block of 32 values shares an E8M0 exponent e = floor(log2(amax)) - 2 + 127; every value is rounded to
 the nearest E2M1 code of x / 2^(e-128) (doubled grid 0,1,2,3,4,6,8,12; ties to the smaller magnitude, as
 the reference's first-minimum search does). Rounding is a table lookup on the upper 16 bits of the scaled
-float, so the inner loop is a handful of numpy passes over uint16/uint8 data.
+float; for BF16 input the scaling is integer arithmetic on the exponent field, so the inner loop is a
+handful of numpy passes over uint16/uint8 data.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def _code_table(strict: bool) -> np.ndarray:
 _CODES = _code_table(strict=True)
 _CODES_ABOVE = _code_table(strict=False)
 
+# BF16 path: a block's amax exponent field is moved to 254 (never below zero, so no clamping), which puts
+# scaled values 124 fields above where _CODES expects them; this table undoes that offset.
+_REBASE = 124 << 7
+
+
+def _rebased_table() -> np.ndarray:
+    keys = np.arange(1 << 16, dtype=np.int32)
+    original = (keys & 0x7FFF) - _REBASE
+    codes = _CODES[np.maximum(original, 0) | (keys & 0x8000)]
+    codes[original < 0] = 0
+    return codes
+
+
+_CODES_REBASED = _rebased_table()
+
 
 def _half_scale(exponents: np.ndarray) -> np.ndarray:
     """ggml's E8M0 -> float32 halved (2^(e-128)), including its subnormal cases for e < 2."""
@@ -60,6 +76,27 @@ def _quantize_blocks(blocks: np.ndarray, exact_upper_half: bool) -> np.ndarray:
     return out
 
 
+def _quantize_bf16_blocks(bits: np.ndarray) -> np.ndarray:
+    """bits: BF16 as uint16 (n, 32) -> uint8 (n, 17), in integer arithmetic only.
+
+    For a normal amax with exponent field A, the reference's scale is 2^(A-130) and its exponent byte A-2;
+    dividing by the scale is subtracting A-130 from each value's exponent field, done here as adding 254-A
+    and a table that knows the offset. Blocks with a zero, subnormal or non-finite amax take the float path."""
+    magnitude = bits & np.uint16(0x7FFF)
+    amax_field = magnitude.max(axis=1) >> 7
+    magnitude += ((254 - amax_field) << 7).astype(np.uint16)[:, None]
+    magnitude |= bits & np.uint16(0x8000)
+    codes = np.take(_CODES_REBASED, magnitude)
+    out = np.empty((bits.shape[0], BLOCK_BYTES), dtype=np.uint8)
+    out[:, 0] = (amax_field - 2).astype(np.uint8)
+    out[:, 1:] = codes[:, : BLOCK // 2] | (codes[:, BLOCK // 2 :] << 4)
+    unusual = (amax_field < 3) | (amax_field == 255)
+    if unusual.any():
+        floats = (bits[unusual].astype(np.uint32) << 16).view(np.float32)
+        out[unusual] = _quantize_blocks(floats, exact_upper_half=True)
+    return out
+
+
 def quantize(weights: np.ndarray, bf16_bits: bool = False) -> np.ndarray:
     """Rows of float weights (or raw BF16 bits as uint16) -> MXFP4 bytes, shape (rows, cols // 32 * 17)."""
     rows, cols = weights.shape
@@ -70,8 +107,7 @@ def quantize(weights: np.ndarray, bf16_bits: bool = False) -> np.ndarray:
     for start in range(0, flat.shape[0], CHUNK_BLOCKS):
         chunk = flat[start : start + CHUNK_BLOCKS]
         if bf16_bits:
-            chunk = (chunk.astype(np.uint32) << 16).view(np.float32)
+            out[start : start + CHUNK_BLOCKS] = _quantize_bf16_blocks(chunk)
         else:
-            chunk = chunk.astype(np.float32, copy=False)
-        out[start : start + CHUNK_BLOCKS] = _quantize_blocks(chunk, exact_upper_half=bf16_bits)
+            out[start : start + CHUNK_BLOCKS] = _quantize_blocks(chunk.astype(np.float32, copy=False), False)
     return out.reshape(rows, cols // BLOCK * BLOCK_BYTES)
