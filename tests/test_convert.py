@@ -199,3 +199,30 @@ def test_cli_converts_and_registers_model_set(tiny_checkpoint, capsys):
 
     assert main(["convert", str(checkpoint), "--name", "solo", "--types", "mxfp4"]) == 0
     assert [level.role for level in modelsets.get("solo").levels] == ["target"]
+
+
+def test_sharded_checkpoint_converts_like_a_single_file(tiny_checkpoint, tmp_path):
+    """A checkpoint split into shards with a model.safetensors.index.json gives the same GGUF tensors."""
+    import json
+
+    from converters.random_checkpoint import write_safetensors
+
+    checkpoint = tiny_checkpoint("llama")
+    single = convert(checkpoint, outdir=tmp_path / "single", name="m", types=("mxfp4",), progress=False)["mxfp4"]
+    source = SafetensorsFile(checkpoint / "model.safetensors")
+    names = list(source.entries)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    for shard, members in shards.items():
+        write_safetensors(checkpoint / shard, [(n, source.entries[n].shape) for n in members],
+                          lambda name, shape: np.array(source.array(source.entries[name])))
+    source.close()
+    (checkpoint / "model.safetensors").unlink()
+    weight_map = {name: shard for shard, members in shards.items() for name in members}
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    sharded = convert(checkpoint / "model-00002-of-00002.safetensors", outdir=tmp_path / "sharded", name="m",
+                      types=("mxfp4",), progress=False)["mxfp4"]
+    expected = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(single).tensors}
+    got = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(sharded).tensors}
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[name], expected[name]) for name in expected)

@@ -160,3 +160,27 @@ def test_full_disk_leaves_nothing(tiny_checkpoint, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "cannot write" in lines[0], result.stderr
     assert list(outdir.iterdir()) == []
+
+
+def test_ctrl_c_removes_partial_files(tmp_path):
+    """Interrupted mid-write, the command exits 130 and leaves no *.part (nor finished) file behind."""
+    import signal
+    import time
+
+    from converters.random_checkpoint import make_checkpoint
+
+    checkpoint = make_checkpoint(tmp_path / "ckpt", hidden=1024, layers=8, intermediate=2816, heads=8, kv_heads=2)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "assistant", "convert", str(checkpoint), "--outdir", str(outdir), "--no-register"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not any(p.suffix == ".part" and p.stat().st_size > 1_000_000 for p in outdir.iterdir()):
+        assert process.poll() is None and time.monotonic() < deadline, "conversion ended before it could be interrupted"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert list(outdir.iterdir()) == []
