@@ -226,3 +226,25 @@ def test_sharded_checkpoint_converts_like_a_single_file(tiny_checkpoint, tmp_pat
     got = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(sharded).tensors}
     assert sorted(got) == sorted(expected)
     assert all(np.array_equal(got[name], expected[name]) for name in expected)
+
+
+def test_llama3_style_bpe_is_recognised_by_its_split_regex(tiny_checkpoint, tmp_path, hf):
+    """A Llama-3-style tokenizer (digits in groups of up to 3, whole-word lookup) gets tokenizer.ggml.pre
+    'llama-bpe' from its definition alone, and llama.cpp then tokenizes exactly as Hugging Face does."""
+    import json
+
+    from converters.vocab import LLAMA3_SPLIT
+
+    _, transformers = hf
+    checkpoint = tiny_checkpoint("llama", tokenizer="bpe")
+    tokenizer = json.loads((checkpoint / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = LLAMA3_SPLIT
+    tokenizer["model"]["ignore_merges"] = True
+    (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer))
+    written = convert(checkpoint, outdir=tmp_path, name="m", types=("bf16",), progress=False)
+    assert gguf.GGUFReader(written["bf16"]).fields["tokenizer.ggml.pre"].contents() == "llama-bpe"
+    reference = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = load(written["bf16"], vocab_only=True)
+    for text in TEXTS + ["1234567 digits 12 and 123456789"]:
+        expected = reference.encode(text, add_special_tokens=False)
+        assert model.tokenize(text.encode(), add_bos=False, special=True) == expected, text
