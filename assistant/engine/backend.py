@@ -38,7 +38,7 @@ def _log_errors_only(level, text, _user_data):
 
 
 def last_error() -> str:
-    """The latest llama.cpp error line, or "" (and forget them all)."""
-    line = recent_errors[-1] if recent_errors else ""
+    """The first llama.cpp error line since the last call (the most specific one), or ""."""
+    line = recent_errors[0] if recent_errors else ""
     recent_errors.clear()
     return line
