@@ -39,6 +39,13 @@ def chat_app(demo_set):
 async def models_loaded(pilot):
     await pilot.app.workers.wait_for_complete()
     await pilot.pause(0.2)
+    steady_cursors(pilot)
+
+
+def steady_cursors(pilot):
+    """A blinking cursor is on or off depending on the instant of the picture: keep it on."""
+    for widget in pilot.app.screen.query("Input, TextArea"):
+        widget.cursor_blink = False
 
 
 def test_main_screen(chat_app, snap_compare):
@@ -52,8 +59,10 @@ def test_main_screen_with_speculation_view(chat_app, snap_compare):
 def test_command_palette(chat_app, snap_compare):
     async def open_palette(pilot):
         await models_loaded(pilot)
-        await pilot.press("ctrl+p", *"spec")
-        await pilot.pause(0.5)
+        await pilot.press("ctrl+p", *"toggle speculation")
+        await pilot.pause(1.0)  # the palette searches in the background
+        steady_cursors(pilot)
+        await pilot.pause(0.1)
 
     assert snap_compare(chat_app(), terminal_size=SIZE, run_before=open_palette)
 
