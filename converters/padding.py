@@ -202,7 +202,7 @@ def pad(source: Path, outdir: Path, layers: int | None = None, intermediate: int
     outdir.mkdir(parents=True, exist_ok=True)
     for file in source.iterdir():
         if file.is_file() and file.suffix != ".safetensors" and file.name not in ("config.json", "model.safetensors.index.json"):
-            shutil.copy2(file, outdir / file.name)
+            shutil.copyfile(file, outdir / file.name)
     write_safetensors(outdir / "model.safetensors", specs, (make() for make in makers))
     (outdir / "config.json").write_text(json.dumps(_padded_config(config, dims), indent=2) + "\n")
     return outdir

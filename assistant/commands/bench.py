@@ -1,13 +1,147 @@
-"""Placeholder: `assistant bench` is being built (see the issue tracker)."""
+"""Measure every pipeline of the ML-SpecQD paper, and llama.cpp's own speculative decoding, on the same GGUF
+files in one interleaved run; write bench.json, bench.md (beside the paper's tables) and PNG charts.
+
+Workload (a) is the trained bench pair; (b) the same pair padded to a memory-bound 1.66 GB target with
+unchanged outputs. `--quick` is a one-minute smoke run on workload (a)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 from assistant.errors import AssistantError
 
-HELP = "(not built yet)"
+HELP = "benchmark speculative decoding pipelines against the target alone and llama.cpp; write a report"
+QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
 
 
 def add_arguments(parser):
-    pass
+    from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
+
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="directory for bench.json, bench.md and the charts (default: ./bench-results)")
+    parser.add_argument("--workload", choices=("a", "b", "both"), default=None,
+                        help="a: bench pair, b: padded memory-bound pair (default: both; a with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK['prompts']} prompts, {QUICK['max_tokens']} tokens, 1-prompt llama.cpp sweep")
+    parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, metavar="FILE",
+                        help="JSON lines with {'id', 'messages'} (default: ../shared/bench/prompts.jsonl)")
+    parser.add_argument("--limit", type=int, help="use only the first N prompts")
+    parser.add_argument("--max-tokens", type=int, help="new tokens per prompt (default 128)")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for every pipeline (default 2)")
+    parser.add_argument("--pipelines", help="comma-separated subset: target, sd-draft, sd-mxfp4, mlsd, "
+                        "mlsd-adaptive, sd-mxfp4-stock, mlsd-stock, mlsd-adaptive-stock, llama.cpp (default: all)")
+    parser.add_argument("--sweep-lengths", default="2,4,8", help="draft lengths tried for llama.cpp (default 2,4,8)")
+    parser.add_argument("--kernel", action="store_true",
+                        help="also run the kernel benchmark (python -m native.bench) and include its table and chart")
+    parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
+                        help="directory holding bench-target/ and bench-draft/ (default: ../shared/models)")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "assistant" / "bench",
+                        help="where padded checkpoints and GGUF files are kept between runs")
+
+
+def load_prompts(path: Path, limit: int | None) -> list[dict]:
+    if not path.is_file():
+        raise AssistantError(f"{path}: no such prompts file")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            prompt = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise AssistantError(f"{path}:{number}: not JSON ({error.msg})") from None
+        messages = prompt.get("messages") if isinstance(prompt, dict) else None
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+            raise AssistantError(f"{path}:{number}: needs 'messages', a list of {{'role', 'content'}} objects")
+        prompt.setdefault("id", f"line{number}")
+        prompts.append(prompt)
+    if not prompts:
+        raise AssistantError(f"{path}: no prompts")
+    return prompts[:limit] if limit else prompts
 
 
 def run(args) -> int:
-    raise AssistantError("`assistant bench` is not built yet")
+    import sys
+    import time
+
+    from assistant.bench import charts, pipelines, report, runner, summary, workloads
+
+    if args.threads < 1:
+        raise AssistantError(f"--threads must be 1 or more, not {args.threads}")
+    if args.limit is not None and args.limit < 1:
+        raise AssistantError(f"--limit must be 1 or more, not {args.limit}")
+    try:
+        lengths = tuple(int(x) for x in args.sweep_lengths.split(",") if x.strip())
+    except ValueError:
+        raise AssistantError(f"--sweep-lengths: not a list of integers: {args.sweep_lengths!r}") from None
+    keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
+    specs = pipelines.select(keys)
+    limit = args.limit or (QUICK["prompts"] if args.quick else None)
+    prompts = load_prompts(args.prompts, limit)
+    max_tokens = args.max_tokens or (QUICK["max_tokens"] if args.quick else 128)
+    if max_tokens < 1:
+        raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
+    chosen = args.workload or ("a" if args.quick else "both")
+    keys_of_workloads = ["a", "b"] if chosen == "both" else [chosen]
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = runner.Settings(
+        pipelines=specs, max_tokens=max_tokens, threads=args.threads,
+        llama_cpp=keys is None or pipelines.LLAMA_CPP in keys, sweep_lengths=lengths,
+        sweep_prompts=QUICK["sweep_prompts"] if args.quick else 2, log_dir=args.out / "logs",
+    )
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    began = time.perf_counter()
+    result = {
+        "settings": {"max_tokens": max_tokens, "threads": args.threads, "n_ctx": settings.n_ctx, "greedy": True,
+                     "prompts": len(prompts), "prompts_file": str(args.prompts), "quick": args.quick,
+                     "pipelines": [spec.key for spec in specs], "llama_cpp_sweep_lengths": list(lengths),
+                     "llama_cpp_sweep_prompts": settings.sweep_prompts},
+        "machine": report.machine(),
+        "workloads": {},
+    }
+    for key in keys_of_workloads:
+        workload = workloads.prepare(key, args.models, args.cache, log)
+        log(f"[bench] workload {workload.title}: {len(prompts)} prompts x {len(specs) + settings.llama_cpp} pipelines")
+        record = runner.run_workload(workload, prompts, settings)
+        record["summary"] = summary.summarize(record["runs"])
+        result["workloads"][key] = record
+        _charts(charts, record, args.out, key, log)
+    if args.kernel:
+        result["kernel"] = _kernel_bench(args.out, args.threads, log)
+    result["seconds"] = time.perf_counter() - began
+    report.write_json(result, args.out / "bench.json")
+    text = report.markdown(result)
+    (args.out / "bench.md").write_text(text)
+    print(text)
+    log(f"[bench] wrote {args.out}/bench.json, bench.md and charts in {result['seconds'] / 60:.1f} min")
+    return 0
+
+
+def _charts(charts, record: dict, out: Path, key: str, log) -> None:
+    try:
+        charts.speedups(record, out / f"speedups-{key}.png")
+        charts.acceptance(record, out / f"acceptance-{key}.png")
+    except ImportError:
+        log("[bench] matplotlib is not installed: no charts (pip install matplotlib)")
+
+
+def _kernel_bench(out: Path, threads: int, log) -> dict:
+    """Run the kernel helper's benchmark in its own process and fold its JSON and Markdown in."""
+    import subprocess
+    import sys
+
+    directory = out / "kernel"
+    root = Path(__file__).resolve().parents[2]
+    log("[bench] kernel sweep: python -m native.bench")
+    done = subprocess.run([sys.executable, "-m", "native.bench", "--threads", str(threads), "--out", str(directory)],
+                          cwd=root, env=dict(os.environ))
+    if done.returncode != 0:
+        raise AssistantError(f"the kernel benchmark (python -m native.bench) failed with exit status {done.returncode}")
+    data = json.loads((directory / "kernels.json").read_text())
+    if (directory / "kernels.png").exists():
+        (out / "kernels.png").write_bytes((directory / "kernels.png").read_bytes())
+    data["markdown"] = (directory / "kernels.md").read_text() if (directory / "kernels.md").exists() else ""
+    return data

@@ -1,0 +1,106 @@
+"""llama.cpp's own speculative decoding, `llama-speculative-simple`, run on our GGUF files.
+
+It loads both models on every run, so its wall time is mostly loading; we use the times it prints itself
+("encoded N tokens in S seconds", "decoded N tokens in S seconds"): prompt plus generation, which is what
+our pipelines' timings cover too. Its stdout echoes the prompt, then the generated text, between blank
+lines; that text is what the identity check compares.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+PROGRAM = "llama-speculative-simple"
+ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
+
+
+@dataclass
+class SpeculativeRun:
+    text: str
+    new_tokens: int
+    prompt_tokens: int
+    seconds: float  # encode + decode, as printed by the program
+    drafted: int
+    accepted: int
+
+    def as_result(self, draft_role: str, draft_length: int) -> dict:
+        acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        return {
+            "text": self.text,
+            "seconds": self.seconds,
+            "new_tokens": self.new_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "levels": [
+                {"role": "target", "proposed": 0, "accepted": 0, "acceptance": 0.0, "mean_accepted_length": 0.0,
+                 "seconds": 0.0},
+                {"role": draft_role, "proposed": self.drafted, "accepted": self.accepted, "acceptance": acceptance,
+                 "mean_accepted_length": 0.0, "seconds": 0.0},
+            ],
+            "draft_length": draft_length,
+        }
+
+
+def native_bin() -> Path:
+    """bin/ of the build our pipelines run on: the one the installed llama_cpp came from (native/build.py
+    leaves its key beside the package), else the build of the current native sources (made if missing)."""
+    from native import build
+
+    try:
+        import llama_cpp
+
+        marker = Path(llama_cpp.__file__).parent / "assistant-native-key"
+        if marker.exists():
+            candidate = build.cache_root() / marker.read_text().strip() / "bin"
+            if (candidate / PROGRAM).exists():
+                return candidate
+    except ImportError:
+        pass
+    return Path(build.ensure_built()) / "bin"
+
+
+def run(bin_dir: Path, target: Path, draft: Path, prompt: str, max_tokens: int, draft_length: int,
+        threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900) -> SpeculativeRun:
+    command = [
+        str(bin_dir / PROGRAM), "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(max_tokens),
+        "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_length), "--spec-draft-n-min", "0",
+        "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads),
+        "--temp", "0", "--top-k", "1", "-c", str(n_ctx), "-b", str(n_ctx),
+    ]
+    environment = dict(os.environ, **(env or {}))
+    environment["LD_LIBRARY_PATH"] = f"{bin_dir}:{environment.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    done = subprocess.run(command, capture_output=True, env=environment, timeout=timeout)
+    stdout = done.stdout.decode("utf-8", errors="replace")
+    stderr = done.stderr.decode("utf-8", errors="replace")
+    if done.returncode != 0:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {done.returncode}"
+        raise AssistantError(f"{PROGRAM} failed on {target.name} + {draft.name}: {last}")
+    return parse(stdout, stderr, prompt)
+
+
+def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:
+    encoded, decoded = ENCODED.search(stderr), DECODED.search(stderr)
+    counters = {name: int(value) for name, value in COUNTER.findall(stderr)}
+    if not encoded or not decoded or "n_drafted" not in counters:
+        raise AssistantError(f"{PROGRAM}: could not find its timing and acceptance lines in its output")
+    body = stdout[2:] if stdout.startswith("\n\n") else stdout
+    if not body.startswith(prompt):
+        raise AssistantError(f"{PROGRAM}: its echo of the prompt differs from the prompt we gave it")
+    text = body[len(prompt):]
+    if text.endswith("\n\n"):
+        text = text[:-2]
+    return SpeculativeRun(
+        text=text,
+        new_tokens=int(decoded.group(1)),
+        prompt_tokens=int(encoded.group(1)),
+        seconds=float(encoded.group(2)) + float(decoded.group(2)),
+        drafted=counters["n_drafted"],
+        accepted=counters.get("n_accept", 0),
+    )

@@ -1,0 +1,76 @@
+"""The compared pipelines, named once so the runner, the summary and the report agree.
+
+Each of ours is a chain of roles (``target``: BF16 target, ``mxfp4``: its MXFP4 direct cast, ``draft``: the
+small draft) with a draft length (exactly 8 as in the paper, or our adaptive policy) and a kernel setting: "stock"
+runs in a worker started with ASSISTANT_MXFP4_KERNEL=stock, llama.cpp's own MXFP4 path (Table III).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PAPER_LENGTH = 8
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    key: str
+    label: str
+    roles: tuple[str, ...]
+    draft_length: int | str
+    kernel: str = "ours"  # "ours" or "stock" (ASSISTANT_MXFP4_KERNEL)
+
+    @property
+    def confidence(self) -> float | None:
+        """The paper's fixed k drafts exactly k tokens (0: no early stop on low draft confidence, as
+        llama.cpp's default p_min); the adaptive pipeline keeps the coordinator's default early stop."""
+        return 0.0 if isinstance(self.draft_length, int) else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"ASSISTANT_MXFP4_KERNEL": "stock"} if self.kernel == "stock" else {}
+
+
+BASELINE = "target"
+LLAMA_CPP = "llama.cpp"
+
+OURS = (
+    PipelineSpec("target", "(i) target alone (BF16, greedy)", ("target",), 1),
+    PipelineSpec("sd-draft", "(ii) SD, small draft, k=8", ("target", "draft"), PAPER_LENGTH),
+    PipelineSpec("sd-mxfp4", "(iii) SD, MXFP4 draft, k=8", ("target", "mxfp4"), PAPER_LENGTH),
+    PipelineSpec("mlsd", "(iv) ML-SpecQD, 3 levels, k=8", ("target", "mxfp4", "draft"), PAPER_LENGTH),
+    PipelineSpec("mlsd-adaptive", "(v) ML-SpecQD, 3 levels, adaptive k", ("target", "mxfp4", "draft"), "adaptive"),
+    PipelineSpec("sd-mxfp4-stock", "(vii) SD, MXFP4 draft, k=8, stock MXFP4 kernel", ("target", "mxfp4"),
+                 PAPER_LENGTH, "stock"),
+    PipelineSpec("mlsd-stock", "(vii) ML-SpecQD, k=8, stock MXFP4 kernel", ("target", "mxfp4", "draft"),
+                 PAPER_LENGTH, "stock"),
+    PipelineSpec("mlsd-adaptive-stock", "(vii) ML-SpecQD, adaptive k, stock MXFP4 kernel",
+                 ("target", "mxfp4", "draft"), "adaptive", "stock"),
+)
+LLAMA_CPP_LABEL = "(vi) llama.cpp speculative-simple, best of sweep"
+
+LABELS = {spec.key: spec.label for spec in OURS} | {LLAMA_CPP: LLAMA_CPP_LABEL}
+
+# The paper's geomean speedups over the BF16 target (BENCHMARK.md): Table I (QA, Llama2-7B, 68M draft),
+# Table II (code, Qwen2.5-Coder-7B, 0.5B draft), Table III (multi-level with FP32 FMAs instead of int8).
+PAPER = {
+    "target": {"qa": 1.00, "code": 1.00},
+    "sd-draft": {"qa": 1.81, "code": 2.64, "acceptance_qa": 0.417, "acceptance_code": 0.62},
+    "sd-mxfp4": {"qa": 1.86, "code": 2.03, "acceptance_qa": 0.712, "acceptance_code": 0.91},
+    "mlsd": {"qa": 2.22, "code": 2.72},
+    "mlsd-stock": {"code": 2.16},  # Table III: FP32 FMAs in place of the int8 kernel
+}
+
+
+def select(keys: list[str] | None) -> list[PipelineSpec]:
+    """The pipelines to run, baseline first; ``keys`` None means all."""
+    if keys is None:
+        return list(OURS)
+    known = {spec.key for spec in OURS}
+    unknown = [key for key in keys if key not in known and key != LLAMA_CPP]
+    if unknown:
+        from assistant.errors import AssistantError
+
+        raise AssistantError(f"--pipelines: unknown pipeline {unknown[0]!r} (choose from {', '.join(sorted(known | {LLAMA_CPP}))})")
+    chosen = [spec for spec in OURS if spec.key in keys or spec.key == BASELINE]
+    return chosen

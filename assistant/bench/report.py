@@ -1,0 +1,172 @@
+"""bench.json (everything, machine-readable) and bench.md (our figures beside the paper's Tables I-III)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from assistant.bench.pipelines import BASELINE, LABELS, LLAMA_CPP, PAPER
+
+GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
+SINGLE_LEVEL = ("sd-draft", "sd-mxfp4")
+MULTI_LEVEL = ("mlsd", "mlsd-adaptive")
+
+
+def machine() -> dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in lscpu.splitlines():
+            if line.strip().startswith(("L3 cache", "Flags")) and "Flags" not in line:
+                info["l3"] = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        root = Path(__file__).resolve().parents[2]
+        info["commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    info["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return info
+
+
+def write_json(report: dict, path: Path) -> None:
+    """The full report; per-run token lists are dropped (the identity flags carry their verdict)."""
+    slim = json.loads(json.dumps(report, default=str))
+    for workload in slim.get("workloads", {}).values():
+        for key, records in workload["runs"].items():
+            for record in records:
+                record.pop("tokens", None)
+                if key != BASELINE:
+                    record.pop("text", None)
+    path.write_text(json.dumps(slim, indent=1) + "\n")
+
+
+def _x(value) -> str:
+    return f"{value:.2f}x" if value else "—"
+
+
+def _pct(value) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "—"
+
+
+def markdown(report: dict) -> str:
+    settings, info = report["settings"], report["machine"]
+    lines = [
+        "# `assistant bench`",
+        "",
+        f"Machine: {info.get('cpu', '?')}, {info.get('cpus', '?')} logical CPUs, L3 {info.get('l3', '?')}, "
+        f"{info.get('memory_gib', '?')} GiB; {info.get('platform', '')}; commit {info.get('commit', '?')}; {info['date']}.",
+        "",
+        f"Settings: greedy, {settings['max_tokens']} new tokens, {settings['threads']} threads, "
+        f"{settings['prompts']} prompts from `{settings['prompts_file']}`, context {settings['n_ctx']}; pipelines "
+        "interleaved prompt by prompt (rotating order), each warmed up once. Speedup = tokens/s over (i)'s on the "
+        "same prompt; geomean over prompts. Our times are wall-clock around the whole generation (prompt included); "
+        "llama.cpp's are the encode + decode times `llama-speculative-simple` prints itself (its model loading "
+        "excluded).",
+        f"Total run time: {report['seconds'] / 60:.1f} min.",
+        "",
+    ]
+    for key, workload in report["workloads"].items():
+        lines += _workload_section(workload)
+    if report.get("kernel"):
+        lines += ["## Kernel sweep (paper Figure 7)", "", report["kernel"].get("markdown", "").strip(), "",
+                  "![kernel sweep](kernels.png)", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _workload_section(workload: dict) -> list[str]:
+    info, summary = workload["workload"], workload["summary"]
+    params = info["parameters"]
+    sizes = info["file_bytes"]
+    lines = [
+        f"## Workload {info['title']}",
+        "",
+        f"Target {params['target'] / 1e6:.1f}M parameters ({sizes['target'] / 1e9:.2f} GB BF16 GGUF, MXFP4 copy "
+        f"{sizes['mxfp4'] / 1e9:.2f} GB); small draft {params['draft'] / 1e6:.1f}M parameters "
+        f"({sizes['draft'] / 1e9:.3f} GB BF16), {params['target'] / params['draft']:.1f}x smaller.",
+    ]
+    if info.get("padding"):
+        lines.append(f"Padding (zero-output capacity, outputs unchanged): target {info['padding']['target']}, "
+                     f"draft {info['padding']['draft']}.")
+    lines += [
+        "",
+        "| pipeline | speedup (geomean) | min | median | max | tokens/s (median) | prompts differing from (i) "
+        "| paper, QA Llama2-7B (Table I) | paper, code Qwen2.5-Coder-7B (Table II/III) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, row in summary.items():
+        paper = PAPER.get(key, {})
+        label = LABELS.get(key, key)
+        if key == LLAMA_CPP and workload.get("llama_cpp_best"):
+            best = workload["llama_cpp_best"]
+            label += f" ({best['draft']} draft, n={best['draft_length']})"
+        lines.append(
+            f"| {label} | {_x(row['speedup_geomean'])} | {_x(row['speedup_min'])} | {_x(row['speedup_median'])} "
+            f"| {_x(row['speedup_max'])} | {row['tokens_per_second_median']:.1f} | {row['differing_prompts']} of "
+            f"{row['prompts']} | {_x(paper.get('qa'))} | {_x(paper.get('code'))} |")
+    lines += ["", "Per level (level 0 is the target; each draft's acceptance is measured by the level above it):", "",
+              "| pipeline | level | alpha (acceptance) | paper alpha (QA / code) | tau (mean accepted length) | share of time |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for key, row in summary.items():
+        if key == BASELINE:
+            continue
+        for index, level in enumerate(row["levels"]):
+            if index == 0:
+                continue
+            paper = ""
+            if level["role"] in ("draft", "mxfp4"):
+                source = PAPER["sd-draft" if level["role"] == "draft" else "sd-mxfp4"]
+                paper = f"{_pct(source['acceptance_qa'])} / {_pct(source['acceptance_code'])}"
+            tau = f"{level['mean_accepted_length']:.2f}" if level["mean_accepted_length"] else "—"
+            lines.append(f"| {LABELS.get(key, key)} | {index}: {level['role']} | {_pct(level['acceptance'])} | {paper} "
+                         f"| {tau} | {_pct(level['time_share'])} |")
+    if workload.get("llama_cpp_sweep"):
+        lines += ["", "llama.cpp sweep (first prompts; the best row runs interleaved above):", "",
+                  "| draft | n | tokens/s | acceptance |", "| --- | --- | --- | --- |"]
+        for row in workload["llama_cpp_sweep"]:
+            lines.append(f"| {row['draft']} | {row['draft_length']} | {row['tokens_per_second']:.1f} | "
+                         f"{_pct(row['acceptance'])} |")
+    lines += [""] + _goals(summary) + [""]
+    lines += [f"![per-prompt speedups](speedups-{info['key']}.png)",
+              f"![acceptance histograms](acceptance-{info['key']}.png)", ""]
+    return lines
+
+
+def _goals(summary: dict) -> list[str]:
+    """The issue's goals, checked on whatever this run measured."""
+    multi = [key for key in MULTI_LEVEL if key in summary]
+    if not multi:
+        return []
+    best = max(multi, key=lambda key: summary[key]["speedup_geomean"])
+    value = summary[best]["speedup_geomean"]
+    lines = [f"Goals (best multi-level pipeline: {LABELS[best]}):", "",
+             f"- {value:.2f}x over the target alone (goal {GOAL_SPEEDUP:.1f}x, paper 2.72x): "
+             f"{'met' if value >= GOAL_SPEEDUP else 'not met'}"]
+    if LLAMA_CPP in summary and summary[LLAMA_CPP]["speedup_geomean"]:
+        ratio = value / summary[LLAMA_CPP]["speedup_geomean"]
+        lines.append(f"- {ratio:.2f}x over llama.cpp's best speculative setting (goal {GOAL_OVER_LLAMA_CPP:.1f}x): "
+                     f"{'met' if ratio >= GOAL_OVER_LLAMA_CPP else 'not met'}")
+    singles = [key for key in SINGLE_LEVEL if key in summary]
+    if singles:
+        ahead = all(value > summary[key]["speedup_geomean"] for key in singles)
+        theirs = ", ".join(f"{summary[key]['speedup_geomean']:.2f}x" for key in singles)
+        lines.append(f"- ahead of every single-level pipeline ({theirs}): {'yes' if ahead else 'no'}")
+    differing = sum(row["differing_prompts"] for row in summary.values())
+    lines.append(f"- identity check: {differing} prompt runs differ from (i) across all pipelines (goal 0)")
+    return lines

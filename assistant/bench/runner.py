@@ -1,0 +1,208 @@
+"""The interleaved run: every pipeline on prompt 1, then every pipeline on prompt 2, ...
+
+Interleaving makes machine noise (other processes, thermal drift) hit all pipelines alike, so per-prompt
+ratios are fair even on a busy machine. The order of pipelines rotates from prompt to prompt so no one
+pipeline always runs first after llama.cpp's program has flushed the caches. Each pipeline is warmed up
+once; llama.cpp's program gets a small sweep of draft model and draft length first, and its best setting
+is what runs interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assistant.bench import llamacpp
+from assistant.bench.pipelines import BASELINE, LLAMA_CPP, PipelineSpec
+from assistant.bench.progress import Progress
+from assistant.errors import AssistantError
+
+WARMUP_TOKENS = 16
+
+
+@dataclass
+class Settings:
+    pipelines: list[PipelineSpec]
+    max_tokens: int = 128
+    threads: int = 2
+    n_ctx: int = 4096
+    llama_cpp: bool = True
+    sweep_lengths: tuple[int, ...] = (2, 4, 8)
+    sweep_drafts: tuple[str, ...] = ("draft", "mxfp4")
+    sweep_prompts: int = 2
+    log_dir: Path | None = None
+    show_progress: bool | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class WorkerProcess:
+    """One ``assistant.bench.worker`` process; calls are synchronous, one request at a time."""
+
+    def __init__(self, kernel: str, env: dict[str, str], log_path: Path):
+        environment = dict(os.environ, **env)
+        environment["PYTHONUNBUFFERED"] = "1"
+        self.kernel, self.log_path = kernel, log_path
+        self._log = open(log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "assistant.bench.worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self._log, env=environment,
+                                        cwd=Path(__file__).resolve().parents[2])
+
+    def call(self, op: str, **request) -> dict:
+        try:
+            self.process.stdin.write((json.dumps({"op": op, **request}) + "\n").encode())
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except BrokenPipeError:
+            line = b""
+        if not line:
+            raise AssistantError(f"the bench worker ({self.kernel} kernels) stopped; its log is {self.log_path}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise AssistantError(f"bench worker ({self.kernel} kernels), {op}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
+    """Run every selected pipeline on every prompt of one workload; returns the raw record."""
+    import tempfile
+
+    log_dir = settings.log_dir or Path(tempfile.mkdtemp(prefix="assistant-bench-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    paths = workload.paths()
+    specs = settings.pipelines
+    sweep_runs = (len(settings.sweep_drafts) * len(settings.sweep_lengths) * min(settings.sweep_prompts, len(prompts))
+                  if settings.llama_cpp else 0)
+    steps = len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
+    progress = Progress(f"bench {workload.key}", steps, settings.show_progress)
+    began = time.perf_counter()
+    workers: dict[str, WorkerProcess] = {}
+    try:
+        for kernel in dict.fromkeys(spec.kernel for spec in specs):
+            members = [spec for spec in specs if spec.kernel == kernel]
+            worker = WorkerProcess(kernel, members[0].env, log_dir / f"worker-{workload.key}-{kernel}.log")
+            workers[kernel] = worker
+            worker.call("load", n_ctx=settings.n_ctx, threads=settings.threads, pipelines={
+                spec.key: {"paths": [str(paths[role]) for role in spec.roles], "roles": list(spec.roles),
+                           "draft_length": spec.draft_length, "confidence": spec.confidence} for spec in members})
+        home = workers[specs[0].kernel]
+        prompt_texts = [home.call("prompt_text", pipeline=specs[0].key, messages=p["messages"])["text"] for p in prompts]
+
+        for spec in specs:  # warm-up: first touch of weights, thread pools, buffers
+            progress.step(f"warm-up {spec.key}")
+            workers[spec.kernel].call("run", pipeline=spec.key, messages=prompts[0]["messages"], max_tokens=WARMUP_TOKENS)
+
+        sweep, best = [], None
+        if settings.llama_cpp:
+            bin_dir = llamacpp.native_bin()
+            sweep = _sweep(bin_dir, workload, prompt_texts, settings, progress)
+            best = max(sweep, key=lambda row: row["tokens_per_second"])
+
+        runs: dict[str, list[dict]] = {spec.key: [] for spec in specs}
+        if best:
+            runs[LLAMA_CPP] = []
+        for index, prompt in enumerate(prompts):
+            order = specs[index % len(specs):] + specs[: index % len(specs)]
+            for spec in order:
+                progress.step(f"{prompt.get('id', index)} {spec.key}")
+                reply = workers[spec.kernel].call("run", pipeline=spec.key, messages=prompt["messages"],
+                                                  max_tokens=settings.max_tokens)
+                runs[spec.key].append(_record(prompt, index, reply))
+            if best:
+                progress.step(f"{prompt.get('id', index)} {LLAMA_CPP}")
+                result = llamacpp.run(bin_dir, paths["target"], paths[best["draft"]], prompt_texts[index],
+                                      settings.max_tokens, best["draft_length"], settings.threads, settings.n_ctx)
+                runs[LLAMA_CPP].append(_record(prompt, index, result.as_result(best["draft"], best["draft_length"])))
+    finally:
+        for worker in workers.values():
+            worker.close()
+        progress.finish()
+    _check_identity(runs)
+    return {
+        "workload": workload.describe(),
+        "prompts": [prompt.get("id", str(index)) for index, prompt in enumerate(prompts)],
+        "llama_cpp_sweep": sweep,
+        "llama_cpp_best": best,
+        "runs": runs,
+        "seconds": time.perf_counter() - began,
+    }
+
+
+def _record(prompt: dict, index: int, reply: dict) -> dict:
+    seconds = reply["seconds"]
+    record = {
+        "prompt": prompt.get("id", str(index)),
+        "seconds": seconds,
+        "new_tokens": reply["new_tokens"],
+        "prompt_tokens": reply["prompt_tokens"],
+        "tokens_per_second": reply["new_tokens"] / seconds if seconds > 0 else 0.0,
+        "stop_reason": reply.get("stop_reason"),
+        "levels": reply["levels"],
+        "text": reply["text"],
+    }
+    if "tokens" in reply:
+        record["tokens"] = reply["tokens"]
+    return record
+
+
+def _sweep(bin_dir: Path, workload, prompt_texts: list[str], settings: Settings, progress: Progress) -> list[dict]:
+    """llama.cpp's program with each draft model and draft length on the first prompts; all rows kept."""
+    rows = []
+    texts = prompt_texts[: settings.sweep_prompts]
+    paths = workload.paths()
+    for draft in settings.sweep_drafts:
+        for length in settings.sweep_lengths:
+            tokens = seconds = drafted = accepted = 0
+            for text in texts:
+                progress.step(f"sweep llama.cpp {draft} n={length}")
+                run = llamacpp.run(bin_dir, paths["target"], paths[draft], text, settings.max_tokens, length,
+                                   settings.threads, settings.n_ctx)
+                tokens += run.new_tokens
+                seconds += run.seconds
+                drafted += run.drafted
+                accepted += run.accepted
+            rows.append({"draft": draft, "draft_length": length, "prompts": len(texts), "tokens": tokens,
+                         "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+                         "acceptance": accepted / drafted if drafted else 0.0})
+    return rows
+
+
+def _check_identity(runs: dict[str, list[dict]]) -> None:
+    """Mark each run identical or not to the target's own greedy output on the same prompt."""
+    baseline = runs[BASELINE]
+    for key, records in runs.items():
+        for record, reference in zip(records, baseline, strict=True):
+            if key == BASELINE:
+                record["identical"] = True
+            elif "tokens" in record:
+                record["identical"] = record["tokens"] == reference["tokens"]
+            elif reference["stop_reason"] == "max_tokens":
+                # llama.cpp may overshoot by part of a draft; it must start with the target's text
+                record["identical"] = record["text"].startswith(reference["text"])
+            else:
+                record["identical"] = record["text"] == reference["text"]
+            if not record["identical"]:
+                record["first_difference"] = _first_difference(record, reference)
+
+
+def _first_difference(record: dict, reference: dict) -> int:
+    """Index of the first differing token (or character, for llama.cpp's text)."""
+    a, b = (record["tokens"], reference["tokens"]) if "tokens" in record else (record["text"], reference["text"])
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b))

@@ -1,0 +1,70 @@
+"""Per-pipeline figures from one workload's runs, as BENCHMARK.md asks for them.
+
+Speedup on a prompt is the pipeline's tokens/s over the target's tokens/s on the same prompt (for a fixed
+token budget that is the ratio of times; it also stays fair when llama.cpp overshoots the budget by part of
+a draft). Per level: alpha = accepted / proposed over all prompts, tau = mean accepted length averaged over
+prompts, and the share of generation time spent decoding in that level's context.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from assistant.bench.pipelines import BASELINE
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    baseline = runs[BASELINE]
+    summary = {}
+    for key, records in runs.items():
+        speedups = [r["tokens_per_second"] / b["tokens_per_second"] if b["tokens_per_second"] else 0.0
+                    for r, b in zip(records, baseline)]
+        for record, speedup in zip(records, speedups):
+            record["speedup"] = speedup
+        total_seconds = sum(r["seconds"] for r in records)
+        summary[key] = {
+            "prompts": len(records),
+            "speedup_geomean": geomean(speedups),
+            "speedup_min": min(speedups),
+            "speedup_median": statistics.median(speedups),
+            "speedup_max": max(speedups),
+            "tokens_per_second_median": statistics.median(r["tokens_per_second"] for r in records),
+            "tokens": sum(r["new_tokens"] for r in records),
+            "seconds": total_seconds,
+            "differing_prompts": sum(not r.get("identical", True) for r in records),
+            "levels": _levels(records, total_seconds),
+        }
+    return summary
+
+
+def _levels(records: list[dict], total_seconds: float) -> list[dict]:
+    count = len(records[0]["levels"])
+    levels = []
+    for index in range(count):
+        rows = [r["levels"][index] for r in records]
+        proposed = sum(row["proposed"] for row in rows)
+        accepted = sum(row["accepted"] for row in rows)
+        seconds = sum(row["seconds"] for row in rows)
+        taus = [row["mean_accepted_length"] for row in rows if row["mean_accepted_length"]]
+        levels.append({
+            "role": rows[0]["role"],
+            "proposed": proposed,
+            "accepted": accepted,
+            "acceptance": accepted / proposed if proposed else None,
+            "mean_accepted_length": statistics.mean(taus) if taus else None,
+            "seconds": seconds,
+            "time_share": seconds / total_seconds if total_seconds and seconds else None,
+        })
+    return levels
+
+
+def per_prompt_acceptance(records: list[dict], level: int) -> list[float]:
+    """Acceptance ratio of one draft level on each prompt (the paper's Figures 5-6 histogram these)."""
+    return [r["levels"][level]["acceptance"] for r in records
+            if len(r["levels"]) > level and r["levels"][level]["proposed"]]

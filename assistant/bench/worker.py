@@ -1,0 +1,91 @@
+"""A process that loads each GGUF once and runs pipelines on request: ``python -m assistant.bench.worker``.
+
+Why a process: the kernel switch (ASSISTANT_MXFP4_KERNEL) is read once when llama.cpp starts, so the
+stock-kernel pipelines need their own process. All pipelines of one worker share the loaded models (each
+has its own contexts), which keeps a 1.7 GB target in memory once. Requests and replies are JSON lines on
+stdin and on a private copy of stdout; fd 1 itself is pointed at stderr so library prints cannot corrupt
+the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+class Worker:
+    def __init__(self):
+        self.models: dict[str, object] = {}
+        self.pipelines: dict[str, object] = {}
+
+    def load(self, pipelines: dict, n_ctx: int, threads: int) -> dict:
+        from assistant.engine import Context, Model
+        from assistant.speculative.levels import ModelLevel
+        from assistant.speculative.pipeline import DEFAULT_CONFIDENCE, Pipeline
+        from assistant.speculative.vocab import shared_vocab_size
+
+        began = time.perf_counter()
+        for key, spec in pipelines.items():
+            models = []
+            for path in spec["paths"]:
+                if path not in self.models:
+                    self.models[path] = Model(path)
+                models.append(self.models[path])
+            levels = [ModelLevel(role, model, Context(model, n_ctx=n_ctx, threads=threads))
+                      for role, model in zip(spec["roles"], models)]
+            confidence = DEFAULT_CONFIDENCE if spec.get("confidence") is None else spec["confidence"]
+            self.pipelines[key] = Pipeline(levels, n_ctx, spec["draft_length"], confidence, shared_vocab_size(models))
+        return {"seconds": time.perf_counter() - began}
+
+    def prompt_text(self, pipeline: str, messages: list[dict]) -> dict:
+        """The chat-templated prompt exactly as our pipelines see it, for llama.cpp's program."""
+        from assistant.engine.chat_template import apply_chat_template
+
+        return {"text": apply_chat_template(self.pipelines[pipeline].target, messages)}
+
+    def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
+        from assistant.speculative import Sampling, Stats
+
+        chain = self.pipelines[pipeline]
+        tokens, levels_of, pieces, stats = [], [], [], None
+        began = time.perf_counter()
+        for event in chain.chat(messages, sampling=Sampling(), max_tokens=max_tokens):
+            if isinstance(event, Stats):
+                stats = event
+            else:
+                tokens.append(event.token)
+                levels_of.append(event.level)
+                pieces.append(event.text)
+        seconds = time.perf_counter() - began
+        return {
+            "tokens": tokens,
+            "text": "".join(pieces),
+            "token_levels": levels_of,
+            "seconds": seconds,
+            "new_tokens": stats.new_tokens,
+            "prompt_tokens": stats.prompt_tokens,
+            "stop_reason": stats.stop_reason,
+            "levels": [vars(level) | {} for level in stats.levels],
+        }
+
+
+def main() -> int:
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    worker = Worker()
+    for line in sys.stdin:
+        request = json.loads(line)
+        operation = request.pop("op")
+        try:
+            reply = getattr(worker, operation)(**request)
+        except Exception as error:  # reported to the runner, which stops with a clear message
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        replies.write(json.dumps(reply) + "\n")
+    replies.flush()
+    os._exit(0)  # models are shared between pipelines: let the OS free them rather than closing twice
+
+
+if __name__ == "__main__":
+    sys.exit(main())

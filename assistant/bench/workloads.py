@@ -1,0 +1,121 @@
+"""The two workloads, as GGUF files made on demand and cached.
+
+(a) the trained bench pair as it is: real acceptance ratios, weights small enough to live in L3.
+(b) the same pair padded with zero-output capacity (``converters.padding``): identical outputs and
+    acceptance, but a 1.66 GB BF16 target, so decoding is bound by memory bandwidth as on a real 7B.
+
+Shapes of (b). The hidden size (512) cannot grow without changing outputs, so the target grows in depth,
+heads and feed-forward width toward a 7B's proportions: 28 layers (Qwen2.5-Coder-7B has 28), 32 query
+heads on 8 KV heads (4 per group, as the bench pair), feed-forward 17408 wide; 831M parameters, about
+90% of each layer in the feed-forward (7B: 87%). The draft grows to 24 layers (0.5B has 24), 8 heads on
+4 KV heads, feed-forward 2560: 58.8M parameters, 1/14 of the target, as 0.5B is to 7B.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+DEFAULT_MODELS = SHARED / "models"
+DEFAULT_PROMPTS = SHARED / "bench" / "prompts.jsonl"
+
+TARGET_PADDING = {"layers": 28, "intermediate": 17408, "heads": 32}
+DRAFT_PADDING = {"layers": 24, "intermediate": 2560, "heads": 8}
+
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    target: Path  # BF16 GGUF
+    mxfp4: Path  # MXFP4 direct cast of the target
+    draft: Path  # the small draft, BF16 GGUF
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, int] = field(default_factory=dict)
+    padding: dict | None = None
+
+    def paths(self) -> dict[str, Path]:
+        return {"target": self.target, "mxfp4": self.mxfp4, "draft": self.draft}
+
+    def describe(self) -> dict:
+        info = asdict(self)
+        info.update({role: str(path) for role, path in self.paths().items()})
+        info["file_bytes"] = {role: path.stat().st_size for role, path in self.paths().items()}
+        return info
+
+
+def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
+    """The workload's GGUF files, converting (and for b, padding) only what is missing or stale."""
+    from converters.padding import parameter_count
+
+    target_hf, draft_hf = Path(models) / "bench-target", Path(models) / "bench-draft"
+    for directory in (target_hf, draft_hf):
+        if not (directory / "config.json").is_file():
+            raise AssistantError(f"{directory}: not a checkpoint directory (--models must hold bench-target/ and bench-draft/)")
+    padding = None
+    if key == "b":
+        padding = {"target": TARGET_PADDING, "draft": DRAFT_PADDING}
+        target_hf = _padded(target_hf, cache / "b" / "target-hf", TARGET_PADDING, log)
+        draft_hf = _padded(draft_hf, cache / "b" / "draft-hf", DRAFT_PADDING, log)
+    elif key != "a":
+        raise AssistantError(f"unknown workload {key!r} (choose a, b or both)")
+    target = _converted(target_hf, cache / key, "target", ("bf16", "mxfp4"), log)
+    draft = _converted(draft_hf, cache / key, "draft", ("bf16",), log)
+    title = {"a": "(a) bench pair, cache-resident", "b": "(b) bench pair padded to 1.66 GB, memory-bound"}[key]
+    return Workload(key, title, target["bf16"], target["mxfp4"], draft["bf16"],
+                    checkpoints={"target": str(target_hf), "draft": str(draft_hf)},
+                    parameters={"target": parameter_count(target_hf), "draft": parameter_count(draft_hf)},
+                    padding=padding)
+
+
+def _fingerprint(*parts) -> str:
+    """Changes when a source checkpoint, the options or the converter's code change."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(json.dumps(part, sort_keys=True, default=str).encode())
+    converters = Path(__file__).resolve().parents[2] / "converters"
+    for source in sorted(converters.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _stamp_ok(directory: Path, stamp: str, outputs: list[Path]) -> bool:
+    marker = directory / ".stamp"
+    return marker.is_file() and marker.read_text() == stamp and all(path.exists() for path in outputs)
+
+
+def _checkpoint_identity(checkpoint: Path) -> list:
+    return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(checkpoint.iterdir()) if p.is_file()]
+
+
+def _padded(source: Path, outdir: Path, dims: dict, log) -> Path:
+    from converters.padding import pad
+
+    stamp = _fingerprint(_checkpoint_identity(source), dims)
+    if _stamp_ok(outdir, stamp, [outdir / "model.safetensors"]):
+        return outdir
+    log(f"[bench] padding {source.name} to {dims} -> {outdir}")
+    pad(source, outdir, **dims)
+    (outdir / ".stamp").write_text(stamp)
+    return outdir
+
+
+def _converted(checkpoint: Path, outdir: Path, name: str, types: tuple[str, ...], log) -> dict[str, Path]:
+    from converters import convert
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    outputs = {kind: outdir / f"{name}.{kind}.gguf" for kind in types}
+    stamp = _fingerprint(_checkpoint_identity(checkpoint), types)
+    marker_dir = outdir / f".{name}"
+    marker_dir.mkdir(exist_ok=True)
+    if _stamp_ok(marker_dir, stamp, list(outputs.values())):
+        return outputs
+    log(f"[bench] converting {checkpoint} -> {', '.join(p.name for p in outputs.values())}")
+    written = convert(checkpoint, outdir=outdir, name=name, types=types, force=True)
+    (marker_dir / ".stamp").write_text(stamp)
+    return written
