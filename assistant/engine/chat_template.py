@@ -8,6 +8,7 @@ including default system prompts that llama.cpp's built-in template table leaves
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from assistant.engine.backend import llama
 from assistant.errors import AssistantError
@@ -35,23 +36,37 @@ def _check_messages(messages) -> None:
 
 def _render_jinja(template: str, model, messages: list[dict]) -> str:
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    def raise_exception(message):
-        raise AssistantError(f"{model.path}: chat template refused the conversation: {message}")
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    environment.globals["raise_exception"] = raise_exception
     try:
-        compiled = environment.from_string(template)
+        compiled = _compile(template)
         return compiled.render(
             messages=messages,
             add_generation_prompt=True,
             bos_token=model.token_string(model.bos_token),
             eos_token=model.token_string(model.eos_token),
         )
+    except TemplateRefusal as refusal:
+        raise AssistantError(f"{model.path}: chat template refused the conversation: {refusal}") from None
     except jinja2.TemplateError as error:
         raise AssistantError(f"{model.path}: cannot render the stored chat template ({error})") from None
+
+
+class TemplateRefusal(Exception):
+    """Raised by a template's own raise_exception(), e.g. for roles it does not support."""
+
+
+def _raise_exception(message):
+    raise TemplateRefusal(message)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(template: str):
+    """Compiling takes milliseconds; a chat renders the same template on every turn."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = _raise_exception
+    return environment.from_string(template)
 
 
 def _render_native(template: str, model, messages: list[dict]) -> str:

@@ -21,7 +21,8 @@ from assistant.errors import AssistantError
 class Context:
     """A KV cache over one model; ``tokens`` is what it holds, ``decode_seconds`` what decoding cost."""
 
-    def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None):
+    def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None,
+                 flash_attention: bool | None = None):
         lib = llama()
         self.model = model
         params = lib.llama_context_default_params()
@@ -32,6 +33,8 @@ class Context:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = True
+        if flash_attention is not None:  # None leaves llama.cpp's automatic choice
+            params.flash_attn_type = int(flash_attention)
         handle = lib.llama_init_from_model(model.handle, params)
         if not handle:
             raise AssistantError(f"{model.path}: llama.cpp could not create a context of {n_ctx} tokens")
