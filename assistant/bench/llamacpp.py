@@ -69,7 +69,8 @@ def native_bin() -> Path:
 def run(bin_dir: Path, target: Path, draft: Path, prompt: str, max_tokens: int, draft_length: int,
         threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900) -> SpeculativeRun:
     command = [
-        str(bin_dir / PROGRAM), "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(max_tokens),
+        str(bin_dir / PROGRAM), "-m", str(target), "-md", str(draft), "--no-escape", "-p", prompt,
+        "-n", str(max_tokens),
         "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_length), "--spec-draft-n-min", "0",
         "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads),
         "--temp", "0", "--top-k", "1", "-c", str(n_ctx), "-b", str(n_ctx),

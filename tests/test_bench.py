@@ -1,0 +1,133 @@
+"""`assistant bench` end to end on the trained bench pair (real conversions, real llama.cpp contexts, the real
+llama-speculative-simple), plus its bad-input errors and the arithmetic of its summary."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assistant.bench import llamacpp, runner, summary
+from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
+from assistant.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_pair = pytest.mark.skipif(not (DEFAULT_MODELS / "bench-target").is_dir() or not DEFAULT_PROMPTS.is_file(),
+                                reason="needs ../shared/models and ../shared/bench")
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "assistant", "bench", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=900)
+
+
+@needs_pair
+def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp_path):
+    pytest.importorskip("llama_cpp")
+    out = tmp_path / "out"
+    done = bench("--quick", "--limit", "1", "--max-tokens", "12", "--threads", "1", "--sweep-lengths", "2,4",
+                 "--out", str(out), "--cache", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "bench.json").read_text())
+    workload = report["workloads"]["a"]
+    keys = set(workload["runs"])
+    assert {"target", "sd-draft", "sd-mxfp4", "mlsd", "mlsd-adaptive", "mlsd-stock", "llama.cpp"} <= keys
+    assert len(workload["llama_cpp_sweep"]) == 4  # two drafts x two lengths
+    for key, row in workload["summary"].items():
+        assert row["differing_prompts"] == 0, key
+        assert row["tokens"] >= 1
+        assert row["speedup_geomean"] > 0
+    assert workload["summary"]["target"]["speedup_geomean"] == pytest.approx(1.0)
+    mlsd = workload["summary"]["mlsd"]["levels"]
+    assert [level["role"] for level in mlsd] == ["target", "mxfp4", "draft"]
+    assert 0 < mlsd[1]["acceptance"] <= 1 and mlsd[1]["proposed"] > 0
+    text = (out / "bench.md").read_text()
+    assert "| (iv) ML-SpecQD, 3 levels, k=8 |" in text and "2.72x" in text and "Machine:" in text
+    assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0
+
+
+@needs_pair
+def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(tmp_path):
+    """The program's echoed text must equal our target's own greedy answer: the identity check relies on it."""
+    pytest.importorskip("llama_cpp")
+    from assistant.bench import workloads
+    from assistant.speculative import Pipeline, Stats
+
+    workload = workloads.prepare("a", DEFAULT_MODELS, tmp_path, log=lambda m: None)
+    messages = json.loads(DEFAULT_PROMPTS.read_text().splitlines()[3])["messages"]
+    with Pipeline.load([workload.target], threads=1) as pipeline:
+        from assistant.engine.chat_template import apply_chat_template
+
+        prompt = apply_chat_template(pipeline.target, messages)
+        events = list(pipeline.chat(messages, max_tokens=24))
+    ours = "".join(e.text for e in events if not isinstance(e, Stats))
+    result = llamacpp.run(llamacpp.native_bin(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
+    assert result.drafted > 0 and 0 < result.accepted <= result.drafted
+    assert result.seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
+    assert result.text.startswith(ours) and len(ours) > 0
+
+
+def test_identity_check_flags_the_first_differing_token():
+    base = {"tokens": [1, 2, 3, 4], "text": "abcd", "stop_reason": "max_tokens"}
+    runs = {
+        "target": [dict(base)],
+        "mlsd": [dict(base, tokens=[1, 2, 9, 4])],
+        "llama.cpp": [{"text": "abcde"}],  # overshoots the budget: still identical
+        "sd-draft": [dict(base)],
+    }
+    runner._check_identity(runs)
+    assert runs["mlsd"][0]["identical"] is False and runs["mlsd"][0]["first_difference"] == 2
+    assert runs["llama.cpp"][0]["identical"] is True and runs["sd-draft"][0]["identical"] is True
+
+
+def test_summary_speedups_are_per_prompt_ratios_with_geomean():
+    def record(tps, identical=True):
+        level = {"role": "target", "proposed": 0, "accepted": 0, "acceptance": 0, "mean_accepted_length": 0,
+                 "seconds": 0.5}
+        draft = {"role": "draft", "proposed": 10, "accepted": 5, "acceptance": 0.5, "mean_accepted_length": 2.0,
+                 "seconds": 0.25}
+        return {"tokens_per_second": tps, "seconds": 1.0, "new_tokens": int(tps), "identical": identical,
+                "levels": [level, draft]}
+
+    runs = {"target": [record(100), record(100)], "sd-draft": [record(200), record(50, identical=False)]}
+    result = summary.summarize(runs)
+    row = result["sd-draft"]
+    assert row["speedup_geomean"] == pytest.approx(1.0)  # sqrt(2 * 0.5)
+    assert (row["speedup_min"], row["speedup_max"]) == (0.5, 2.0)
+    assert row["differing_prompts"] == 1
+    assert row["levels"][1]["acceptance"] == 0.5 and row["levels"][1]["time_share"] == 0.25
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompts", "/nonexistent/prompts.jsonl"], "no such prompts file"),
+    (["--pipelines", "target,warp-drive"], "unknown pipeline 'warp-drive'"),
+    (["--threads", "0"], "--threads must be 1 or more"),
+])
+def test_bad_options_are_one_line_errors(args, message, tmp_path, capsys):
+    assert main(["bench", "--out", str(tmp_path), *args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_malformed_prompt_line_names_the_line(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "x", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "y"}\n')
+    assert main(["bench", "--out", str(tmp_path), "--prompts", str(prompts)]) == 1
+    assert f"{prompts}:2: needs 'messages'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_pair
+def test_workload_b_padded_pair_runs_identical_and_is_memory_bound(tmp_path):
+    pytest.importorskip("llama_cpp")
+    out = tmp_path / "out"
+    done = bench("--workload", "b", "--limit", "1", "--max-tokens", "16", "--threads", "1", "--sweep-lengths", "4",
+                 "--pipelines", "target,sd-draft,mlsd,llama.cpp", "--out", str(out), "--cache", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    workload = json.loads((out / "bench.json").read_text())["workloads"]["b"]
+    assert workload["workload"]["file_bytes"]["target"] > 1.5e9
+    ratio = workload["workload"]["parameters"]["target"] / workload["workload"]["parameters"]["draft"]
+    assert 12 < ratio < 16
+    for key, row in workload["summary"].items():
+        assert row["differing_prompts"] == 0, key
