@@ -1,6 +1,215 @@
-// Placeholder until the kernels land: registers nothing, so every tensor takes the stock path.
+// The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
+// paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
+// mxfp4-gemm.h and bf16-gemm.h; MUL_MAT on them then runs our kernels for every batch size, since the
+// stock kernels cannot read those layouts.
+//
+// ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
+//   unset or "auto"   our kernel, best instruction path for this CPU
+//   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
+//   a path name       force an instruction path ("scalar", "avx-vnni", "avx512-vnni"; "avx2", "avx512-bf16")
 #include "assistant-kernels.h"
 
-ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void) { return nullptr; }
+#include "bf16-gemm.h"
+#include "mxfp4-gemm.h"
 
-const char * assistant_kernels_describe(void) { return "mxfp4=stock bf16=stock"; }
+#include "ggml-backend-impl.h"
+#include "ggml-cpu-impl.h"
+#include "ggml-cpu.h"
+#include "ggml-impl.h"
+#include "traits.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+namespace {
+
+struct Settings {
+    bool        mxfp4 = true;
+    bool        bf16  = true;
+    std::string description;
+
+    Settings() {
+        mxfp4 = choose("ASSISTANT_MXFP4_KERNEL", {{"scalar", MXFP4_PATH_SCALAR}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
+                                                  {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}}, mxfp4_set_path);
+        bf16  = choose("ASSISTANT_BF16_KERNEL", {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2},
+                                                 {"avx512-bf16", BF16_PATH_AVX512_BF16}}, bf16_set_path);
+        description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
+                      " bf16=" + (bf16 ? bf16_path_name() : "stock");
+    }
+
+    struct Named {
+        const char * name;
+        int          path;
+    };
+
+    static bool choose(const char * var, std::initializer_list<Named> paths, int (*set_path)(int)) {
+        const char * value = std::getenv(var);
+        if (value == nullptr || !*value || !std::strcmp(value, "auto")) return true;
+        if (!std::strcmp(value, "stock")) return false;
+        for (const Named & p : paths) {
+            if (!std::strcmp(value, p.name)) {
+                if (set_path(p.path) != p.path) {
+                    std::fprintf(stderr, "assistant: %s=%s: this CPU cannot run that path; using the best one\n", var, value);
+                }
+                return true;
+            }
+        }
+        std::fprintf(stderr, "assistant: %s=%s not understood (auto, stock or a path name); using auto\n", var, value);
+        return true;
+    }
+};
+
+const Settings & settings() {
+    static const Settings s;
+    return s;
+}
+
+bool handles_type(ggml_type type) {
+    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16);
+}
+
+// A weight we can hold: a 2-D MXFP4 or BF16 matrix whose rows are whole blocks of 32.
+bool is_our_weight(const ggml_tensor * t) {
+    return handles_type(t->type) && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
+}
+
+int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
+
+size_t column_bytes(ggml_type type, int64_t K) {
+    return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : GGML_PAD(K * sizeof(uint16_t), 64);
+}
+
+class MatmulTraits : public ggml::cpu::tensor_traits {
+    bool work_size(int /*n_threads*/, const ggml_tensor * op, size_t & size) override {
+        if (op->op != GGML_OP_MUL_MAT) return false;
+        size = columns(op) * column_bytes(op->src[0]->type, op->src[0]->ne[0]) + 64;
+        return true;
+    }
+
+    // Threads first prepare the activation columns between them (quantize to int8 or round to bf16), wait
+    // for each other, then each computes its own share of whole 16-row tiles for every column.
+    bool compute_forward(ggml_compute_params * params, ggml_tensor * op) override {
+        if (op->op != GGML_OP_MUL_MAT) return false;
+        const ggml_tensor * w = op->src[0];
+        const ggml_tensor * x = op->src[1];
+        const int64_t       M = w->ne[1], K = w->ne[0], N = columns(op);
+        const size_t        stride = column_bytes(w->type, K);
+        char *              act    = (char *) GGML_PAD((uintptr_t) params->wdata, 64);
+        GGML_ASSERT(act + N * stride <= (char *) params->wdata + params->wsize);
+
+        for (int64_t c = params->ith; c < N; c += params->nth) {
+            const int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
+            const float * col = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
+            if (w->type == GGML_TYPE_MXFP4) {
+                mxfp4_quantize_act(col, act + c * stride, K);
+            } else {
+                bf16_convert_act(col, (uint16_t *) (act + c * stride), K);
+            }
+        }
+        ggml_barrier(params->threadpool);
+
+        const int64_t tiles = (M + 15) / 16;
+        const int64_t lo = std::min(M, tiles * params->ith / params->nth * 16);
+        const int64_t hi = std::min(M, tiles * (params->ith + 1) / params->nth * 16);
+        if (lo >= hi) return true;
+        float * dst = (float *) op->data;
+        if (w->type == GGML_TYPE_MXFP4) {
+            mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else {
+            bf16_gemm(w->data, M, K, (const uint16_t *) act, stride / sizeof(uint16_t), N, dst, M, lo, hi);
+        }
+        return true;
+    }
+};
+
+MatmulTraits g_traits;
+
+ggml_status buffer_init_tensor(ggml_backend_buffer_t, ggml_tensor * tensor) {
+    tensor->extra = is_our_weight(tensor) ? (void *) &g_traits : nullptr;
+    return GGML_STATUS_SUCCESS;
+}
+
+void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data, size_t offset, size_t size) {
+    if (t->extra == nullptr) {
+        std::memcpy((char *) t->data + offset, data, size);
+        return;
+    }
+    GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels repack whole tensors only");
+    if (t->type == GGML_TYPE_MXFP4) {
+        mxfp4_pack(data, t->data, t->ne[1], t->ne[0]);
+    } else {
+        bf16_pack((const uint16_t *) data, t->data, t->ne[1], t->ne[0]);
+    }
+}
+
+void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data, size_t offset, size_t size) {
+    if (t->extra == nullptr) {
+        std::memcpy(data, (const char *) t->data + offset, size);
+        return;
+    }
+    GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels unpack whole tensors only");
+    if (t->type == GGML_TYPE_MXFP4) {
+        mxfp4_unpack(t->data, data, t->ne[1], t->ne[0]);
+    } else {
+        bf16_unpack(t->data, (uint16_t *) data, t->ne[1], t->ne[0]);
+    }
+}
+
+const char * buft_get_name(ggml_backend_buffer_type_t) { return "CPU_ASSISTANT"; }
+
+ggml_backend_buffer_t buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+    ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
+    if (buffer == nullptr) return nullptr;
+    buffer->buft              = buft;
+    buffer->iface.init_tensor = buffer_init_tensor;
+    buffer->iface.set_tensor  = buffer_set_tensor;
+    buffer->iface.get_tensor  = buffer_get_tensor;
+    buffer->iface.cpy_tensor  = nullptr;
+    return buffer;
+}
+
+size_t buft_get_alignment(ggml_backend_buffer_type_t) { return 64; }
+
+class ExtraBufferType : public ggml::cpu::extra_buffer_type {
+    bool supports_op(ggml_backend_dev_t, const ggml_tensor * op) override {
+        const ggml_tensor * w = op->src[0];
+        const ggml_tensor * x = op->src[1];
+        return op->op == GGML_OP_MUL_MAT && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type() &&
+               is_our_weight(w) && x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) &&
+               (x->buffer == nullptr || ggml_backend_buft_is_host(x->buffer->buft)) && op->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(op);
+    }
+
+    ggml::cpu::tensor_traits * get_tensor_traits(const ggml_tensor * op) override {
+        const ggml_tensor * w = op->src[0];
+        if (op->op == GGML_OP_MUL_MAT && w && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type()) {
+            return (ggml::cpu::tensor_traits *) w->extra;
+        }
+        return nullptr;
+    }
+};
+
+}  // namespace
+
+ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void) {
+    if (!settings().mxfp4 && !settings().bf16) return nullptr;
+    static ggml_backend_buffer_type buft = {
+        /* .iface   = */ {
+            /* .get_name       = */ buft_get_name,
+            /* .alloc_buffer   = */ buft_alloc_buffer,
+            /* .get_alignment  = */ buft_get_alignment,
+            /* .get_max_size   = */ nullptr,
+            /* .get_alloc_size = */ nullptr,
+            /* .is_host        = */ nullptr,
+        },
+        /* .device  = */ ggml_backend_reg_dev_get(ggml_backend_cpu_reg(), 0),
+        /* .context = */ new ExtraBufferType(),
+    };
+    return &buft;
+}
+
+const char * assistant_kernels_describe(void) { return settings().description.c_str(); }

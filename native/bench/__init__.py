@@ -1,0 +1,164 @@
+"""Kernel benchmark: MUL_MAT time and effective GB/s for N = 1..16, our kernels against llama.cpp's stock ones.
+
+``python -m native.bench`` (what ``assistant bench --kernel`` runs) builds the patched llama.cpp if needed,
+compiles ``mulmat.cpp`` against it, times every kernel on > 1 GB of model-shaped weights beside the
+machine's measured read bandwidth, optionally runs ``llama-bench -p 1,2,4,8,16 -n 0`` on random-weight
+Qwen2-shaped MXFP4 and BF16 models with our kernels on and off, and writes JSON, Markdown and a PNG chart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NS = (1, 2, 4, 8, 16)
+KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock")
+LABELS = {
+    "mxfp4-ours": "MXFP4, ours (int8 VNNI)",
+    "mxfp4-repack": "MXFP4, stock repack",
+    "mxfp4-stock": "MXFP4, stock (no repack)",
+    "bf16-ours": "BF16, ours",
+    "bf16-stock": "BF16, stock",
+}
+
+
+def native_dir() -> Path:
+    """<cache>/<key> of the current native inputs, building it when missing."""
+    from native import build
+
+    return build.ensure_built()
+
+
+def mulmat_tool(directory: Path) -> Path:
+    """The benchmark program, compiled once per build and source version."""
+    source = HERE / "mulmat.cpp"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    tool = directory / "bin" / f"assistant-mulmat-bench-{digest}"
+    if tool.exists():
+        return tool
+    include = directory.parent / "src" / "vendor" / "llama.cpp" / "ggml" / "include"
+    lib = directory / "bin"
+    partial = tool.with_suffix(".part")
+    subprocess.run(["c++", "-O3", "-march=native", "-std=c++17", f"-I{include}", str(source), "-o", str(partial),
+                    f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}"], check=True)
+    partial.rename(tool)
+    return tool
+
+
+@dataclass
+class KernelRun:
+    bandwidth_gbps: float
+    results: list[dict]        # {kernel, n, seconds, gbps, seconds_median}
+    weight_bytes: dict[str, int]
+
+
+def run_mulmat(tool: Path, threads: int, gb: float, reps: int, kernels=KERNELS, ns=NS) -> KernelRun:
+    out = subprocess.run([str(tool), "--threads", str(threads), "--gb", str(gb), "--reps", str(reps),
+                          "--n", ",".join(map(str, ns)), "--kernels", ",".join(kernels)],
+                         capture_output=True, text=True, check=True).stdout
+    bandwidth, sizes, times = 0.0, {}, {}
+    for line in out.splitlines():
+        row = json.loads(line)
+        if "bandwidth_gbps" in row:
+            bandwidth = row["bandwidth_gbps"]
+        elif "rep" in row:
+            times.setdefault((row["kernel"], row["n"]), []).append(row["seconds"])
+        else:
+            sizes[row["kernel"]] = row["weight_bytes"]
+    results = []
+    for (kernel, n), seconds in times.items():
+        best = min(seconds)  # the least disturbed repetition
+        results.append({"kernel": kernel, "n": n, "seconds": best, "gbps": sizes[kernel] / best / 1e9,
+                        "seconds_median": statistics.median(seconds)})
+    return KernelRun(bandwidth, results, sizes)
+
+
+def llama_bench(directory: Path, model: Path, threads: int, reps: int, env: dict[str, str]) -> dict[int, float]:
+    """llama-bench -p 1,2,4,8,16 -n 0: milliseconds per prompt batch of each size."""
+    cmd = [str(directory / "bin" / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, NS)), "-n", "0",
+           "-t", str(threads), "-r", str(reps), "-o", "json"]
+    run_env = dict(os.environ, LD_LIBRARY_PATH=str(directory / "bin"), **env)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=run_env).stdout
+    return {row["n_prompt"]: row["avg_ns"] / 1e6 for row in json.loads(out)}
+
+
+def summary(run: KernelRun) -> dict:
+    """The figures the issues ask for, from one run."""
+    t = {(r["kernel"], r["n"]): r for r in run.results}
+    out = {}
+    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock")):
+        ours = f"{kind}-ours"
+        if (ours, 1) not in t or (ours, 8) not in t:
+            continue
+        out[kind] = {
+            "n8_over_n1": t[(ours, 8)]["seconds"] / t[(ours, 1)]["seconds"],
+            "n1_fraction_of_bandwidth": t[(ours, 1)]["gbps"] / run.bandwidth_gbps if run.bandwidth_gbps else None,
+        }
+        if (stock, 1) in t and (stock, 8) in t:
+            out[kind]["speedup_vs_stock_n1"] = t[(stock, 1)]["seconds"] / t[(ours, 1)]["seconds"]
+            out[kind]["speedup_vs_stock_n8"] = t[(stock, 8)]["seconds"] / t[(ours, 8)]["seconds"]
+            out[kind]["stock"] = stock
+    return out
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Kernel benchmark ({report['threads']} threads)", "",
+             f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**. Weight sets: "
+             + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in report["weight_bytes"].items()) + ".", "",
+             "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s):", "",
+             "| kernel | " + " | ".join(f"N={n}" for n in NS) + " |", "|---" * (len(NS) + 1) + "|"]
+    t = {(r["kernel"], r["n"]): r for r in report["results"]}
+    for kernel in dict.fromkeys(r["kernel"] for r in report["results"]):
+        cells = [f"{t[(kernel, n)]['seconds'] * 1e3:.0f} ms, {t[(kernel, n)]['gbps']:.1f}" if (kernel, n) in t else "-"
+                 for n in NS]
+        lines.append(f"| {LABELS.get(kernel, kernel)} | " + " | ".join(cells) + " |")
+    lines += ["", "| figure | MXFP4 | BF16 | target (MXFP4 / BF16) |", "|---|---|---|---|"]
+    s = report["summary"]
+    rows = [("ours N=8 / ours N=1", "n8_over_n1", "<= 1.3 / <= 1.15"),
+            ("speedup vs stock, N=1", "speedup_vs_stock_n1", ">= 1.0 / >= 1.0"),
+            ("speedup vs stock, N=8", "speedup_vs_stock_n8", ">= 2.5 / >= 1.4"),
+            ("N=1 share of read bandwidth", "n1_fraction_of_bandwidth", ">= 70% / >= 80%")]
+    for label, key, target in rows:
+        cells = []
+        for kind in ("mxfp4", "bf16"):
+            v = s.get(kind, {}).get(key)
+            cells.append("-" if v is None else (f"{v:.0%}" if "fraction" in key else f"{v:.2f}x"))
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
+    for name, table in report.get("llama_bench", {}).items():
+        lines += ["", f"`llama-bench -p 1,2,4,8,16 -n 0 -t {report['threads']}` on {name} (ms per batch):", "",
+                  "| kernels | " + " | ".join(f"N={n}" for n in NS) + " | N=8 / N=1 |", "|---" * (len(NS) + 2) + "|"]
+        for setting, ms in table.items():
+            ms = {int(k): v for k, v in ms.items()}
+            lines.append(f"| {setting} | " + " | ".join(f"{ms[n]:.1f}" for n in NS) + f" | {ms[8] / ms[1]:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(report: dict, path: Path) -> None:
+    """Effective GB/s against N for every kernel, with the read bandwidth as the ceiling."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for kernel in dict.fromkeys(r["kernel"] for r in report["results"]):
+        rows = sorted((r for r in report["results"] if r["kernel"] == kernel), key=lambda r: r["n"])
+        ax.plot([r["n"] for r in rows], [r["gbps"] for r in rows], marker="o",
+                linestyle="-" if "ours" in kernel else "--", label=LABELS.get(kernel, kernel))
+    ax.axhline(report["bandwidth_gbps"], color="black", linewidth=1, label="measured read bandwidth")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(NS), [str(n) for n in NS])
+    ax.set_xlabel("batch N (columns)")
+    ax.set_ylabel("effective GB/s (weight bytes / time)")
+    ax.set_title(f"MUL_MAT on > 1 GB of weights, {report['threads']} threads")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,278 @@
+// Times ggml MUL_MAT through the real CPU backend and its buffer types, on weight sets larger than the
+// last-level cache, and measures the machine's read bandwidth with the same thread count.
+// Built and driven by native/bench (python -m native.bench); prints one JSON object per line.
+//
+//   mulmat-bench --threads 2 --gb 1.1 --reps 5 --n 1,2,4,8,16 --kernels mxfp4-ours,mxfp4-repack,...
+//
+// Kernels: mxfp4-ours / bf16-ours (our CPU_ASSISTANT buffer), mxfp4-repack (stock CPU_REPACK buffer),
+// mxfp4-stock / bf16-stock (plain CPU buffer: the stock kernels without repacking).
+// Weight sets are model-shaped: 2048x5632 and 5632x2048 matrices, repeated until the set exceeds --gb.
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef __AVX512F__
+#    include <immintrin.h>
+#endif
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::vector<std::string> split(const std::string & s) {
+    std::vector<std::string> out;
+    std::stringstream        in(s);
+    for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+    return out;
+}
+
+ggml_backend_buffer_type_t find_buft(const char * name) {
+    if (!std::strcmp(name, "CPU")) return ggml_backend_cpu_buffer_type();
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+        ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+    for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b) {
+        if (!std::strcmp(ggml_backend_buft_name(*b), name)) return *b;
+    }
+    return nullptr;
+}
+
+// Random weights of one matrix in ggml's own format (speed does not depend on the values).
+std::vector<uint8_t> random_weights(ggml_type type, int64_t K, int64_t M, std::mt19937 & rng) {
+    std::vector<uint8_t> data(ggml_row_size(type, K) * M);
+    for (auto & b : data) b = (uint8_t) rng();
+    if (type == GGML_TYPE_MXFP4) {
+        for (size_t i = 0; i < data.size(); i += 17) data[i] = (uint8_t) (120 + rng() % 8);  // E8M0 exponents
+    } else {
+        for (size_t i = 1; i < data.size(); i += 2) data[i] = (uint8_t) (0x3c + rng() % 2);  // bf16 |x| < 1
+    }
+    return data;
+}
+
+struct WeightSet {
+    std::string                 kernel;
+    ggml_context *              ctx    = nullptr;
+    ggml_backend_buffer_t       buffer = nullptr;
+    std::vector<ggml_tensor *>  weights;
+    size_t                      bytes = 0;
+};
+
+bool make_set(WeightSet & set, const std::string & kernel, double gb, std::mt19937 & rng) {
+    const ggml_type   type = kernel.rfind("mxfp4", 0) == 0 ? GGML_TYPE_MXFP4 : GGML_TYPE_BF16;
+    const char *      buft_name = kernel.find("ours") != std::string::npos     ? "CPU_ASSISTANT"
+                                  : kernel.find("repack") != std::string::npos ? "CPU_REPACK"
+                                                                               : "CPU";
+    ggml_backend_buffer_type_t buft = find_buft(buft_name);
+    if (!buft) {
+        std::fprintf(stderr, "mulmat-bench: no %s buffer type in this build (kernel %s)\n", buft_name, kernel.c_str());
+        return false;
+    }
+    const int64_t shapes[2][2] = {{2048, 5632}, {5632, 2048}};  // {K, M}
+    const size_t  pair = ggml_row_size(type, 2048) * 5632 * 2;
+    const int     n    = 2 * (int) std::ceil(gb * 1e9 / pair);
+    ggml_init_params params = {ggml_tensor_overhead() * (n + 1), nullptr, true};
+    set.kernel = kernel;
+    set.ctx    = ggml_init(params);
+    for (int i = 0; i < n; ++i) set.weights.push_back(ggml_new_tensor_2d(set.ctx, type, shapes[i % 2][0], shapes[i % 2][1]));
+    set.buffer = ggml_backend_alloc_ctx_tensors_from_buft(set.ctx, buft);
+    if (!set.buffer) return false;
+    const std::vector<uint8_t> src[2] = {random_weights(type, 2048, 5632, rng), random_weights(type, 5632, 2048, rng)};
+    for (int i = 0; i < n; ++i) {
+        ggml_backend_tensor_set(set.weights[i], src[i % 2].data(), 0, src[i % 2].size());
+        set.bytes += src[i % 2].size();
+    }
+    return true;
+}
+
+// One graph holding a MUL_MAT per weight, each against an N-column activation of its K.
+struct Run {
+    ggml_context * ctx   = nullptr;
+    ggml_cgraph *  graph = nullptr;
+};
+
+Run make_run(const WeightSet & set, int N, std::mt19937 & rng) {
+    size_t out_bytes = 0;
+    for (auto * w : set.weights) out_bytes += w->ne[1] * N * sizeof(float);
+    ggml_init_params params = {out_bytes + 2 * 5632 * N * sizeof(float) + ggml_tensor_overhead() * (set.weights.size() * 2 + 8) +
+                                   ggml_graph_overhead_custom(set.weights.size() * 2 + 8, false) + (1 << 20),
+                               nullptr, false};
+    Run run;
+    run.ctx = ggml_init(params);
+    ggml_tensor * x[2];
+    for (int i = 0; i < 2; ++i) {
+        x[i] = ggml_new_tensor_2d(run.ctx, GGML_TYPE_F32, i == 0 ? 2048 : 5632, N);
+        std::normal_distribution<float> normal;
+        for (int64_t k = 0; k < ggml_nelements(x[i]); ++k) ((float *) x[i]->data)[k] = normal(rng);
+    }
+    run.graph = ggml_new_graph_custom(run.ctx, set.weights.size() * 2 + 8, false);
+    for (auto * w : set.weights) ggml_build_forward_expand(run.graph, ggml_mul_mat(run.ctx, w, x[w->ne[0] == 2048 ? 0 : 1]));
+    return run;
+}
+
+// Best-of-reps read bandwidth over a buffer twice the size of any cache, each thread reading its slice.
+double read_bandwidth(int threads, size_t bytes, int reps) {
+    std::vector<uint8_t> buf(bytes, 1);
+    double               best = 0;
+    std::vector<int64_t> sink(threads);
+    for (int r = 0; r < reps; ++r) {
+        std::vector<std::thread> pool;
+        const double             t0 = now();
+        for (int t = 0; t < threads; ++t) {
+            pool.emplace_back([&, t] {
+                const uint8_t * p  = buf.data() + bytes / threads * t;
+                const size_t    n  = bytes / threads / 256 * 256;
+#ifdef __AVX512F__
+                __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+                for (size_t i = 0; i < n; i += 256) {
+                    a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
+                    a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
+                    a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
+                    a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
+                }
+                sink[t] = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+#else
+                int64_t s[4] = {0, 0, 0, 0};
+                for (size_t i = 0; i < n; i += 32) {
+                    for (int j = 0; j < 4; ++j) {
+                        int64_t v;
+                        std::memcpy(&v, p + i + 8 * j, 8);
+                        s[j] += v;
+                    }
+                }
+                sink[t] = s[0] + s[1] + s[2] + s[3];
+#endif
+            });
+        }
+        for (auto & th : pool) th.join();
+        best = std::max(best, bytes / (now() - t0) / 1e9);
+    }
+    return best;
+}
+
+// Batch invariance: every column of every (N, threads) configuration must equal, bit for bit, that column
+// computed alone with one thread. Checked on the set's first matrix.
+void check_invariance(ggml_backend_t backend, const WeightSet & set, std::mt19937 & rng) {
+    ggml_tensor * w  = set.weights[0];
+    const int64_t K = w->ne[0], M = w->ne[1], NMAX = 16;
+    std::vector<float>              x(K * NMAX);
+    std::normal_distribution<float> normal;
+    for (auto & v : x) v = normal(rng);
+    auto compute = [&](int64_t first, int64_t n, int threads) {
+        ggml_init_params params = {(size_t) (K + M) * n * sizeof(float) + (1 << 20), nullptr, false};
+        ggml_context *   ctx    = ggml_init(params);
+        ggml_tensor *    xt     = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, n);
+        std::memcpy(xt->data, x.data() + first * K, K * n * sizeof(float));
+        ggml_tensor * y = ggml_mul_mat(ctx, w, xt);
+        ggml_cgraph * g = ggml_new_graph(ctx);
+        ggml_build_forward_expand(g, y);
+        ggml_backend_cpu_set_n_threads(backend, threads);
+        ggml_backend_graph_compute(backend, g);
+        std::vector<float> out((float *) y->data, (float *) y->data + M * n);
+        ggml_free(ctx);
+        return out;
+    };
+    std::vector<std::vector<float>> alone(NMAX);
+    for (int64_t j = 0; j < NMAX; ++j) alone[j] = compute(j, 1, 1);
+    bool   invariant = true;
+    double max_diff  = 0;
+    for (int threads : {1, 2}) {
+        for (int64_t n : {1, 3, 8, 16}) {
+            const std::vector<float> out = compute(0, n, threads);
+            for (int64_t j = 0; j < n; ++j) {
+                invariant = invariant && !std::memcmp(out.data() + j * M, alone[j].data(), M * sizeof(float));
+                for (int64_t i = 0; i < M; ++i) max_diff = std::max(max_diff, (double) std::fabs(out[j * M + i] - alone[j][i]));
+            }
+        }
+    }
+    std::printf("{\"kernel\": \"%s\", \"batch_invariant\": %s, \"max_abs_diff\": %.9g}\n", set.kernel.c_str(),
+                invariant ? "true" : "false", max_diff);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    int                      threads = 2, reps = 5;
+    double                   gb      = 1.1;
+    std::vector<std::string> ns      = {"1", "2", "4", "8", "16"};
+    std::vector<std::string> kernels = {"mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock"};
+    bool                     bandwidth = true, invariance = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+        else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+        else if (a == "--gb" && i + 1 < argc) gb = std::atof(argv[++i]);
+        else if (a == "--n" && i + 1 < argc) ns = split(argv[++i]);
+        else if (a == "--kernels" && i + 1 < argc) kernels = split(argv[++i]);
+        else if (a == "--no-bandwidth") bandwidth = false;
+        else if (a == "--check-invariance") invariance = true;
+        else {
+            std::fprintf(stderr, "usage: %s [--threads T] [--reps R] [--gb G] [--n 1,2,...] [--kernels a,b] [--no-bandwidth] [--check-invariance]\n", argv[0]);
+            return 2;
+        }
+    }
+
+    ggml_backend_t backend = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(backend, threads);
+    std::mt19937 rng(1234);
+
+    std::vector<WeightSet> sets(kernels.size());
+    for (size_t i = 0; i < kernels.size(); ++i) {
+        if (!make_set(sets[i], kernels[i], gb, rng)) return 1;
+        std::printf("{\"kernel\": \"%s\", \"weight_bytes\": %zu, \"matrices\": %zu}\n", kernels[i].c_str(), sets[i].bytes,
+                    sets[i].weights.size());
+        std::fflush(stdout);
+    }
+    if (invariance) {
+        for (auto & set : sets) check_invariance(backend, set, rng);
+        ggml_backend_cpu_set_n_threads(backend, threads);
+    }
+    if (bandwidth) {
+        std::printf("{\"bandwidth_gbps\": %.3f, \"threads\": %d}\n", read_bandwidth(threads, (size_t) (gb * 1e9), reps), threads);
+        std::fflush(stdout);
+    }
+
+    // Interleaved: every repetition runs every (N, kernel) once, so machine noise hits them alike.
+    std::vector<std::vector<Run>> runs(reps > 0 ? ns.size() : 0, std::vector<Run>(sets.size()));
+    for (size_t a = 0; a < runs.size(); ++a) {
+        for (size_t b = 0; b < sets.size(); ++b) {
+            runs[a][b] = make_run(sets[b], std::atoi(ns[a].c_str()), rng);
+            ggml_backend_graph_compute(backend, runs[a][b].graph);  // warm-up
+        }
+    }
+    for (int r = 0; r < reps; ++r) {
+        for (size_t a = 0; a < ns.size(); ++a) {
+            for (size_t b = 0; b < sets.size(); ++b) {
+                const double t0 = now();
+                ggml_backend_graph_compute(backend, runs[a][b].graph);
+                const double s = now() - t0;
+                std::printf("{\"kernel\": \"%s\", \"n\": %s, \"rep\": %d, \"seconds\": %.6f, \"weight_bytes\": %zu}\n",
+                            sets[b].kernel.c_str(), ns[a].c_str(), r, s, sets[b].bytes);
+                std::fflush(stdout);
+            }
+        }
+    }
+    for (auto & row : runs) {
+        for (auto & run : row) ggml_free(run.ctx);
+    }
+    for (auto & set : sets) {
+        ggml_backend_buffer_free(set.buffer);
+        ggml_free(set.ctx);
+    }
+    ggml_backend_free(backend);
+    return 0;
+}

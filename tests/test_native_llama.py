@@ -1,0 +1,132 @@
+"""Our kernels inside llama.cpp: registered, switchable, and agreeing with the stock kernels.
+
+Each kernel setting needs its own process (ASSISTANT_*_KERNEL is read when ggml-cpu starts), so these
+tests run ``native.bench.logits`` and ``native.bench``'s MUL_MAT program in subprocesses. They need the
+llama_cpp wheel built by native/build.py installed in this Python; otherwise they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = REPO.parent / "shared" / "bench" / "prompts.jsonl"
+
+
+def _description() -> str:
+    try:
+        from native.bench.logits import kernels_description
+
+        return kernels_description()
+    except ImportError:
+        return ""
+
+
+pytestmark = pytest.mark.skipif(not _description(), reason="llama_cpp with our kernels is not installed")
+
+
+def run_logits(model: Path, tokens: list[int], env: dict[str, str], tmp_path: Path, single=False, greedy=0):
+    out = tmp_path / f"logits-{len(list(tmp_path.iterdir()))}.npy"
+    cmd = [sys.executable, "-m", "native.bench.logits", str(model), "--tokens", ",".join(map(str, tokens)),
+           "--out", str(out), "--greedy", str(greedy)] + (["--single"] if single else [])
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return np.load(out), json.loads(proc.stdout.splitlines()[-1])
+
+
+OURS = {"ASSISTANT_MXFP4_KERNEL": "auto", "ASSISTANT_BF16_KERNEL": "auto"}
+STOCK = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock"}
+
+
+@pytest.fixture(scope="module")
+def prompt_tokens() -> list[int]:
+    """A real prompt's worth of token ids (the exact ids matter less than having many distinct ones)."""
+    rng = np.random.default_rng(0)
+    return [int(t) for t in rng.integers(100, 3000, size=40)]
+
+
+def test_switches_select_the_kernels(bench_gguf, prompt_tokens, tmp_path):
+    _, ours = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], OURS, tmp_path)
+    _, stock = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], STOCK, tmp_path)
+    _, half = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], {"ASSISTANT_MXFP4_KERNEL": "stock",
+                                                                      "ASSISTANT_BF16_KERNEL": "scalar"}, tmp_path)
+    assert "stock" not in ours["kernels"]
+    assert stock["kernels"] == "mxfp4=stock bf16=stock"
+    assert half["kernels"] == "mxfp4=stock bf16=scalar"
+
+
+@pytest.mark.parametrize("kind,rtol", [("bf16", 2e-3), ("mxfp4", 5e-2)])
+def test_logits_match_the_stock_kernels(bench_gguf, prompt_tokens, tmp_path, kind, rtol):
+    """BF16: both round activations to bf16, so only summation order differs. MXFP4: the stock path
+    quantizes activations to q8_0 (fp16 scales), ours to int8 with f32 scales, so they differ more."""
+    model = bench_gguf[f"target_{kind}"]
+    ours, _ = run_logits(model, prompt_tokens, OURS, tmp_path)
+    stock, _ = run_logits(model, prompt_tokens, STOCK, tmp_path)
+    spread = stock.std(axis=1, keepdims=True)
+    assert np.abs(ours - stock).max() / spread.min() < rtol * 10
+    assert np.median(np.abs(ours - stock) / spread) < rtol
+    assert (ours.argmax(axis=1) == stock.argmax(axis=1)).mean() >= 0.95
+
+
+@pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
+def test_scalar_path_agrees_in_llama(bench_gguf, prompt_tokens, tmp_path, kind):
+    """The portable path runs inside llama.cpp too, and matches the vector path to float rounding."""
+    var = f"ASSISTANT_{kind.upper()}_KERNEL"
+    model = bench_gguf[f"target_{kind}"]
+    vector, _ = run_logits(model, prompt_tokens[:8], OURS, tmp_path)
+    scalar, info = run_logits(model, prompt_tokens[:8], dict(OURS, **{var: "scalar"}), tmp_path)
+    assert f"{kind}=scalar" in info["kernels"]
+    assert np.abs(vector - scalar).max() <= 1e-3 * np.abs(vector).max()
+
+
+def mulmat_tool():
+    from native import bench
+
+    return bench.mulmat_tool(bench.native_dir())
+
+
+def test_our_mul_mat_is_batch_invariant_in_ggml():
+    """Through the real backend: each column's bits equal that column alone, for N = 1, 3, 8, 16 and
+    1 or 2 threads. The stock kernels are measured too (reported by the benchmark), not asserted."""
+    out = subprocess.run([str(mulmat_tool()), "--gb", "0.01", "--reps", "0", "--no-bandwidth", "--check-invariance",
+                          "--kernels", "mxfp4-ours,bf16-ours"], capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if "batch_invariant" in line]
+    assert {r["kernel"] for r in rows} == {"mxfp4-ours", "bf16-ours"}
+    assert all(r["batch_invariant"] for r in rows), rows
+
+
+@pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
+def test_batch_equals_token_by_token(bench_gguf, prompt_tokens, tmp_path, kind):
+    """Verifying a batch gives the logits of decoding the same tokens one at a time (what makes greedy
+    speculation lossless). Attention and the other ops are llama.cpp's; this checks the whole model."""
+    model = bench_gguf[f"target_{kind}"]
+    batch, _ = run_logits(model, prompt_tokens[:16], OURS, tmp_path)
+    single, _ = run_logits(model, prompt_tokens[:16], OURS, tmp_path, single=True)
+    assert np.array_equal(batch, single), np.abs(batch - single).max()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
+def test_greedy_output_identical_to_stock(bench_gguf, tmp_path, kind):
+    """The bench prompts' greedy continuations are the same with our kernels and the stock ones."""
+    from llama_cpp import Llama
+
+    model = bench_gguf[f"target_{kind}"]
+    tok = Llama(str(model), vocab_only=True, verbose=False)
+    prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:6]]
+    differ = []
+    for p in prompts:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in p["messages"])
+        tokens = tok.tokenize((text + "<|im_start|>assistant\n").encode(), special=True)[-200:]
+        _, ours = run_logits(model, tokens, OURS, tmp_path, greedy=48)
+        _, stock = run_logits(model, tokens, STOCK, tmp_path, greedy=48)
+        if ours["greedy"] != stock["greedy"]:
+            differ.append(p["id"])
+    assert not differ
