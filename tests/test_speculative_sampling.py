@@ -11,9 +11,9 @@ import pytest
 
 from assistant.engine import Context
 from assistant.engine.sequence import TokenSequence
-from assistant.speculative import Pipeline, Sampling, TokenEvent
+from assistant.speculative import Pipeline, Sampling
 
-PROMPT = "import os\nimport sys\n\n\ndef main(args):\n    "
+PROMPT = "import os\nimport sys\nimport re\nimport"  # repetitive, so the n-gram drafter has material
 TEMPERATURE, TOP_K, LENGTH = 1.5, 3, 3  # three tokens of three choices each: 27 outcomes
 SAMPLES = 800
 
@@ -63,12 +63,14 @@ def chi_square_p_value(counts, expected_probabilities, samples):
 
 
 def sample_counts(pipeline, prompt_tokens, samples=SAMPLES):
-    counts = Counter()
+    """Continuations per outcome over ``samples`` seeds, and how many tokens the lowest level proposed."""
+    counts, proposed = Counter(), 0
     for seed in range(samples):
         sampling = Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=seed)
-        events = pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=LENGTH)
-        counts[tuple(event.token for event in events if isinstance(event, TokenEvent))] += 1
-    return counts
+        events = list(pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=LENGTH))
+        counts[tuple(event.token for event in events[:-1])] += 1
+        proposed += events[-1].levels[-1].proposed
+    return counts, proposed
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +88,15 @@ def ignore_draft_probability(uniform, p_token, q_token):
     return uniform < p_token
 
 
-@pytest.mark.parametrize("levels", ["target_bf16 draft_bf16", "target_bf16 target_mxfp4 draft_bf16"])
+@pytest.mark.parametrize("levels", ["target_bf16 draft_bf16", "target_bf16 target_mxfp4 draft_bf16",
+                                    pytest.param("target_bf16 ngram", marks=pytest.mark.slow)])
 def test_sampled_continuations_follow_the_target(bench_gguf, reference, levels):
     prompt, distribution = reference
-    paths = [bench_gguf[name] for name in levels.split()]
-    with Pipeline.load(paths, n_ctx=256, draft_length=2) as pipeline:
-        counts = sample_counts(pipeline, prompt)
-        stats = list(pipeline.generate(prompt, Sampling(TEMPERATURE, TOP_K, seed=1), max_tokens=LENGTH))[-1]
-    assert stats.levels[-1].proposed > 0  # the lowest level really drafted
+    names = levels.split()
+    paths = [bench_gguf[name] for name in names if name != "ngram"]
+    with Pipeline.load(paths, n_ctx=256, draft_length=2, ngram="ngram" in names) as pipeline:
+        counts, proposed = sample_counts(pipeline, prompt)
+    assert proposed > SAMPLES / 4  # the lowest level really drafted
     assert chi_square_p_value(counts, distribution, SAMPLES) > 1e-3
 
 
@@ -101,5 +104,5 @@ def test_the_check_catches_a_wrong_acceptance_rule(bench_gguf, reference):
     prompt, distribution = reference
     with Pipeline.load([bench_gguf["target_bf16"], bench_gguf["draft_bf16"]], n_ctx=256, draft_length=2,
                        accept=ignore_draft_probability) as pipeline:
-        counts = sample_counts(pipeline, prompt)
+        counts, _ = sample_counts(pipeline, prompt)
     assert chi_square_p_value(counts, distribution, SAMPLES) < 1e-6
