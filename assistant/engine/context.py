@@ -22,7 +22,7 @@ class Context:
     """A KV cache over one model; ``tokens`` is what it holds, ``decode_seconds`` what decoding cost."""
 
     def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None,
-                 flash_attention: bool | None = None):
+                 flash_attention: bool | None = None, min_batch: int = 1):
         lib = llama()
         self.model = model
         params = lib.llama_context_default_params()
@@ -43,6 +43,10 @@ class Context:
         self.n_batch = lib.llama_n_batch(handle)
         self.n_vocab = model.n_vocab
         self.tokens: list[int] = []
+        # With min_batch 2 a lone token is evaluated together with the one before it: stock llama.cpp takes
+        # another matmul path for one token (BF16: vec_dot instead of the batched kernel) with different
+        # rounding, while batches of 2 or more give bitwise the same rows whatever their size.
+        self.min_batch = min_batch
         self.decode_seconds = 0.0
         self.decode_calls = 0
         self._lib = lib
@@ -72,6 +76,8 @@ class Context:
         if end > self.n_ctx:
             raise AssistantError(f"the conversation needs {end} tokens but the context holds {self.n_ctx}")
         keep = min(self._shared_prefix(sequence), first_output)
+        if end - keep < self.min_batch:
+            keep = max(0, end - self.min_batch)
         if keep < len(self.tokens):
             if not self._lib.llama_memory_seq_rm(self._memory, 0, keep, -1):
                 self._lib.llama_memory_clear(self._memory, True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Iterator
@@ -54,8 +55,10 @@ class Pipeline:
             for _, path in entries:
                 models.append(Model(path))
             n_shared = shared_vocab_size(models)
-            for (role, _), model in zip(entries, models):
-                chain.append(ModelLevel(role, model, Context(model, n_ctx=n_ctx, threads=threads)))
+            for index, ((role, _), model) in enumerate(zip(entries, models)):
+                min_batch = target_min_batch() if index == 0 else 1
+                context = Context(model, n_ctx=n_ctx, threads=threads, min_batch=min_batch)
+                chain.append(ModelLevel(role, model, context))
         except BaseException:
             for level in chain:
                 level.context.close()
@@ -188,6 +191,15 @@ class Pipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def target_min_batch() -> int:
+    """2 (default): the target never evaluates a lone token, so plain decoding and verification round alike.
+
+    Stock llama.cpp rounds a one-token matmul differently from a batched one (see engine/context.py);
+    with batch-invariant kernels set ASSISTANT_TARGET_MIN_BATCH=1 to save the extra row.
+    """
+    return max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2")))
 
 
 def _decode_seconds(level) -> float:
