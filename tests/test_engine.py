@@ -78,3 +78,20 @@ def test_missing_and_non_gguf_files_are_named(tmp_path):
     fake.write_text("not a model")
     with pytest.raises(AssistantError, match=r"fake\.gguf: not a GGUF file"):
         Model(fake)
+
+
+def test_min_batch_two_makes_token_by_token_equal_to_batched_bitwise(bench_gguf):
+    """Greedy losslessness rests on this: decoding one token at a time (as the target alone does) and
+    verifying a batch (as speculation does) must give the target bitwise the same logits."""
+    with Model(bench_gguf["target_bf16"]) as model:
+        prompt = model.tokenize("def quicksort(values):\n    if len(values) <= 1:\n", add_special=False)
+        tail = model.tokenize("        return values\n    pivot = values[0]\n", add_special=False)[:8]
+        with Context(model, n_ctx=256, min_batch=2) as stepwise, Context(model, n_ctx=256, min_batch=2) as batched:
+            sequence = TokenSequence(prompt)
+            rows = [np.array(stepwise.evaluate(sequence, len(sequence) - 1)[0])]
+            for token in tail:
+                sequence.append(token)
+                rows.append(np.array(stepwise.evaluate(sequence, len(sequence) - 1)[0]))
+            batched.evaluate(TokenSequence(prompt[:-1]), len(prompt) - 2)
+            reference = batched.evaluate(TokenSequence(prompt + tail), len(prompt) - 1)
+            assert (np.array(rows) == reference).all()

@@ -43,9 +43,10 @@ class Context:
         self.n_batch = lib.llama_n_batch(handle)
         self.n_vocab = model.n_vocab
         self.tokens: list[int] = []
-        # With min_batch 2 a lone token is evaluated together with the one before it: stock llama.cpp takes
-        # another matmul path for one token (BF16: vec_dot instead of the batched kernel) with different
-        # rounding, while batches of 2 or more give bitwise the same rows whatever their size.
+        # With min_batch 2 a lone token is evaluated together with the one before it, and both output logits:
+        # stock llama.cpp computes a matmul of one row another way (vec_dot instead of llamafile's sgemm, which
+        # declines n < 2) with different rounding, and the last layer only computes the rows that output. With
+        # at least two rows everywhere, plain decoding and batched verification agree bitwise.
         self.min_batch = min_batch
         self.decode_seconds = 0.0
         self.decode_calls = 0
@@ -76,8 +77,10 @@ class Context:
         if end > self.n_ctx:
             raise AssistantError(f"the conversation needs {end} tokens but the context holds {self.n_ctx}")
         keep = min(self._shared_prefix(sequence), first_output)
-        if end - keep < self.min_batch:
-            keep = max(0, end - self.min_batch)
+        outputs_from = first_output
+        if self.min_batch > 1:
+            keep = min(keep, max(0, end - self.min_batch))
+            outputs_from = min(first_output, max(0, end - self.min_batch))
         if keep < len(self.tokens):
             if not self._lib.llama_memory_seq_rm(self._memory, 0, keep, -1):
                 self._lib.llama_memory_clear(self._memory, True)
@@ -86,10 +89,10 @@ class Context:
         start = keep
         while start < end:
             stop = min(end, start + self.n_batch)
-            self._decode(tokens, start, stop, max(first_output, start))
+            self._decode(tokens, start, stop, max(outputs_from, start))
             start = stop
         self.tokens.extend(tokens[keep:end])
-        return self._logits(end - first_output)
+        return self._logits(end - outputs_from)[first_output - outputs_from :]
 
     def reset(self) -> None:
         """Forget everything in the cache."""
