@@ -4,11 +4,12 @@ Speed does not depend on weight values, acceptance ratios do. To time a trained 
 regime we make it bigger without changing what it says: extra decoder layers whose output projections
 (o_proj, down_proj) are zero add exactly 0 to the residual stream; extra feed-forward neurons whose
 down_proj columns are zero add 0; extra attention heads, appended as whole GQA groups (one new KV head
-and its query heads) with zero o_proj columns, add 0. New input-side weights are random at the scale of
+and its query heads) with zero o_proj columns, add 0 (transformers runs such a checkpoint; llama.cpp's
+Qwen2 graph does not, as it assumes query width = hidden size). New input-side weights are random at the scale of
 the real ones, so activations stay finite and the kernels do realistic work. Real weights are copied
 bit for bit.
 
-    python -m converters.padding SRC_DIR OUT_DIR --layers 28 --intermediate 17408 --heads 32
+    python -m converters.padding SRC_DIR OUT_DIR --layers 28 --intermediate 18432
 
 Reads and writes safetensors with numpy alone (BF16 handled as raw 16-bit words), streaming tensor by
 tensor, so padding to gigabytes needs little memory.

@@ -59,8 +59,12 @@ def acceptance(workload: dict, path: Path) -> None:
                 panels.append((f"{LABELS.get(key, key)}\nlevel {level}: {role}", values))
     if not panels:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
-    for ax, (title, values) in zip(axes[0], panels):
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, values) in zip(axes.flat, panels):
         ax.hist(values, bins=[i / 20 for i in range(21)], color="tab:blue", edgecolor="white")
         ax.set_xlim(0, 1)
         ax.set_title(title, fontsize=8)

@@ -120,15 +120,15 @@ def _workload_section(workload: dict) -> list[str]:
             f"| {label} | {_x(row['speedup_geomean'])} | {_x(row['speedup_min'])} | {_x(row['speedup_median'])} "
             f"| {_x(row['speedup_max'])} | {row['tokens_per_second_median']:.1f} | {row['differing_prompts']} of "
             f"{row['prompts']} | {_x(paper.get('qa'))} | {_x(paper.get('code'))} |")
-    lines += ["", "Per level (level 0 is the target; each draft's acceptance is measured by the level above it):", "",
+    lines += ["", "Per level (level 0 is the target; a draft's alpha and tau are measured by the level above it; share "
+              "of time = llama_decode time in that level's context over the pipeline's wall time, the rest is "
+              "sampling and coordination):", "",
               "| pipeline | level | alpha (acceptance) | paper alpha (QA / code) | tau (mean accepted length) | share of time |",
               "| --- | --- | --- | --- | --- | --- |"]
     for key, row in summary.items():
         if key == BASELINE:
             continue
         for index, level in enumerate(row["levels"]):
-            if index == 0:
-                continue
             paper = ""
             if level["role"] in ("draft", "mxfp4"):
                 source = PAPER["sd-draft" if level["role"] == "draft" else "sd-mxfp4"]

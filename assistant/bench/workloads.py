@@ -2,13 +2,13 @@
 
 (a) the trained bench pair as it is: real acceptance ratios, weights small enough to live in L3.
 (b) the same pair padded with zero-output capacity (``converters.padding``): identical outputs and
-    acceptance, but a 1.66 GB BF16 target, so decoding is bound by memory bandwidth as on a real 7B.
+    acceptance, but a 1.64 GB BF16 target, so decoding is bound by memory bandwidth as on a real 7B.
 
-Shapes of (b). The hidden size (512) cannot grow without changing outputs, so the target grows in depth,
-heads and feed-forward width toward a 7B's proportions: 28 layers (Qwen2.5-Coder-7B has 28), 32 query
-heads on 8 KV heads (4 per group, as the bench pair), feed-forward 17408 wide; 831M parameters, about
-90% of each layer in the feed-forward (7B: 87%). The draft grows to 24 layers (0.5B has 24), 8 heads on
-4 KV heads, feed-forward 2560: 58.8M parameters, 1/14 of the target, as 0.5B is to 7B.
+Shapes of (b). The hidden size (512) cannot grow without changing outputs, and llama.cpp's Qwen2 graph
+assumes query width = hidden size (it rejects extra heads), so the target grows in depth and feed-forward
+width: 28 layers (Qwen2.5-Coder-7B has 28), feed-forward 18432 wide; 820M parameters, 1.64 GB in BF16,
+with attention a smaller share of each layer (2%) than in a 7B (13%). The draft grows the same way to
+24 layers (0.5B has 24) and feed-forward 2816: 58.7M parameters, 1/14 of the target, as 0.5B is to 7B.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 DEFAULT_MODELS = SHARED / "models"
 DEFAULT_PROMPTS = SHARED / "bench" / "prompts.jsonl"
 
-TARGET_PADDING = {"layers": 28, "intermediate": 17408, "heads": 32}
-DRAFT_PADDING = {"layers": 24, "intermediate": 2560, "heads": 8}
+TARGET_PADDING = {"layers": 28, "intermediate": 18432}
+DRAFT_PADDING = {"layers": 24, "intermediate": 2816}
 
 
 @dataclass
@@ -66,7 +66,7 @@ def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
         raise AssistantError(f"unknown workload {key!r} (choose a, b or both)")
     target = _converted(target_hf, cache / key, "target", ("bf16", "mxfp4"), log)
     draft = _converted(draft_hf, cache / key, "draft", ("bf16",), log)
-    title = {"a": "(a) bench pair, cache-resident", "b": "(b) bench pair padded to 1.66 GB, memory-bound"}[key]
+    title = {"a": "(a) bench pair, cache-resident", "b": "(b) bench pair padded to 1.64 GB, memory-bound"}[key]
     return Workload(key, title, target["bf16"], target["mxfp4"], draft["bf16"],
                     checkpoints={"target": str(target_hf), "draft": str(draft_hf)},
                     parameters={"target": parameter_count(target_hf), "draft": parameter_count(draft_hf)},

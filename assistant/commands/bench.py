@@ -1,7 +1,7 @@
 """Measure every pipeline of the ML-SpecQD paper, and llama.cpp's own speculative decoding, on the same GGUF
 files in one interleaved run; write bench.json, bench.md (beside the paper's tables) and PNG charts.
 
-Workload (a) is the trained bench pair; (b) the same pair padded to a memory-bound 1.66 GB target with
+Workload (a) is the trained bench pair; (b) the same pair padded to a memory-bound 1.64 GB target with
 unchanged outputs. `--quick` is a one-minute smoke run on workload (a)."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def run(args) -> int:
         result["workloads"][key] = record
         _charts(charts, record, args.out, key, log)
     if args.kernel:
-        result["kernel"] = _kernel_bench(args.out, args.threads, log)
+        result["kernel"] = _kernel_bench(args.out, args.threads, args.quick, log)
     result["seconds"] = time.perf_counter() - began
     report.write_json(result, args.out / "bench.json")
     text = report.markdown(result)
@@ -128,7 +128,7 @@ def _charts(charts, record: dict, out: Path, key: str, log) -> None:
         log("[bench] matplotlib is not installed: no charts (pip install matplotlib)")
 
 
-def _kernel_bench(out: Path, threads: int, log) -> dict:
+def _kernel_bench(out: Path, threads: int, quick: bool, log) -> dict:
     """Run the kernel helper's benchmark in its own process and fold its JSON and Markdown in."""
     import subprocess
     import sys
@@ -136,8 +136,8 @@ def _kernel_bench(out: Path, threads: int, log) -> dict:
     directory = out / "kernel"
     root = Path(__file__).resolve().parents[2]
     log("[bench] kernel sweep: python -m native.bench")
-    done = subprocess.run([sys.executable, "-m", "native.bench", "--threads", str(threads), "--out", str(directory)],
-                          cwd=root, env=dict(os.environ))
+    command = [sys.executable, "-m", "native.bench", "--threads", str(threads), "--out", str(directory)]
+    done = subprocess.run(command + (["--reps", "1"] if quick else []), cwd=root, env=dict(os.environ))
     if done.returncode != 0:
         raise AssistantError(f"the kernel benchmark (python -m native.bench) failed with exit status {done.returncode}")
     data = json.loads((directory / "kernels.json").read_text())
