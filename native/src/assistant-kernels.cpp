@@ -6,7 +6,8 @@
 // ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
 //   unset or "auto"   our kernel, best instruction path for this CPU
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
-//   a path name       force an instruction path ("scalar", "avx-vnni", "avx512-vnni"; "avx2", "avx512-bf16")
+//   a path name       force an instruction path: MXFP4 "scalar", "avx-vnni", "avx512-vnni";
+//                     BF16 "scalar", "avx2", "avx512" (widen + FMA, the default), "avx512-bf16" (vdpbf16ps)
 #include "assistant-kernels.h"
 
 #include "bf16-gemm.h"
@@ -36,7 +37,8 @@ struct Settings {
         mxfp4 = choose("ASSISTANT_MXFP4_KERNEL", {{"scalar", MXFP4_PATH_SCALAR}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
                                                   {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}}, mxfp4_set_path);
         bf16  = choose("ASSISTANT_BF16_KERNEL", {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2},
-                                                 {"avx512-bf16", BF16_PATH_AVX512_BF16}}, bf16_set_path);
+                                                 {"avx512", BF16_PATH_AVX512}, {"avx512-bf16", BF16_PATH_AVX512_BF16}},
+                       bf16_set_path);
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock");
     }
@@ -80,7 +82,7 @@ bool is_our_weight(const ggml_tensor * t) {
 int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
 
 size_t column_bytes(ggml_type type, int64_t K) {
-    return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : GGML_PAD(K * sizeof(uint16_t), 64);
+    return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : bf16_act_bytes(K);
 }
 
 class MatmulTraits : public ggml::cpu::tensor_traits {
@@ -107,7 +109,7 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
             if (w->type == GGML_TYPE_MXFP4) {
                 mxfp4_quantize_act(col, act + c * stride, K);
             } else {
-                bf16_convert_act(col, (uint16_t *) (act + c * stride), K);
+                bf16_convert_act(col, act + c * stride, K);
             }
         }
         ggml_barrier(params->threadpool);
@@ -120,7 +122,7 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
         if (w->type == GGML_TYPE_MXFP4) {
             mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else {
-            bf16_gemm(w->data, M, K, (const uint16_t *) act, stride / sizeof(uint16_t), N, dst, M, lo, hi);
+            bf16_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         }
         return true;
     }

@@ -1,9 +1,10 @@
 // BF16 small-batch matrix multiply; layout and contract in bf16-gemm.h.
 //
 // Order of operations, fixed per path so a column's bits never depend on N or on the thread split:
-//   AVX512-BF16: two accumulators per (row, column), one for even pairs of values and one for odd pairs,
-//                each advanced by vdpbf16ps pair by pair, added at the end.
-//   AVX2 / scalar: one accumulator, fma(w[k], a[k], acc) for k = 0, 1, 2, ... in order.
+//   scalar, AVX2, AVX-512: one f32 accumulator per (row, column), acc = fma(w[k], a[k], acc) for
+//                          k = 0, 1, 2, ... in order (weights widened exactly from bf16).
+//   AVX512-BF16:           two accumulators per (row, column), for even and odd pairs of values, each
+//                          advanced by vdpbf16ps pair by pair, added at the end.
 // Each column has its own accumulators, so columns never mix.
 #include "bf16-gemm.h"
 
@@ -28,17 +29,32 @@ inline float widen(uint16_t v) {
     return f;
 }
 
-size_t tile_elems(int rows, int64_t K) { return (size_t) rows * K; }
+inline uint16_t round_to_bf16(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t) ((bits >> 16) | 0x40);  // NaN stays a quiet NaN
+    return (uint16_t) ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
 
-// Scalar reference of the AVX2 path's arithmetic (same fma sequence per row and column).
-void tile_scalar(const uint16_t * tile, int R, int64_t K, const uint16_t * const * cols, int nc, float (*out)[kTile]) {
+// A prepared column: K floats (bf16-rounded), then the same K values as bf16.
+struct Column {
+    const float *    f;
+    const uint16_t * h;
+};
+
+Column column(const void * act, size_t stride, int64_t j, int64_t K) {
+    const float * f = (const float *) ((const char *) act + j * stride);
+    return {f, (const uint16_t *) (f + K)};
+}
+
+void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, int nc, float (*out)[kTile]) {
     for (int j = 0; j < nc; ++j) {
         for (int r = 0; r < R; ++r) {
             float acc = 0.0f;
             for (int64_t p = 0; p < K / 2; ++p) {
                 const uint16_t * w = tile + p * 2 * R + 2 * r;
-                acc = std::fma(widen(w[0]), widen(cols[j][2 * p]), acc);
-                acc = std::fma(widen(w[1]), widen(cols[j][2 * p + 1]), acc);
+                acc = std::fma(widen(w[0]), cols[j].f[2 * p], acc);
+                acc = std::fma(widen(w[1]), cols[j].f[2 * p + 1], acc);
             }
             out[j][r] = acc;
         }
@@ -46,16 +62,30 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const uint16_t * const
 }
 
 #ifdef BF16_X86
-inline int32_t load_pair(const uint16_t * p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
+template <int NC>
+__attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
+                                                     float (*out)[kTile]) {
+    const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
+    __m512        acc[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < K / 2; ++p) {
+        const __m512i v  = _mm512_loadu_si512(tile + p * 2 * kTile);
+        const __m512  w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // even values of the 16 rows
+        const __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));  // odd values
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            acc[j] = _mm512_fmadd_ps(w0, _mm512_set1_ps(cols[j].f[2 * p]), acc[j]);
+            acc[j] = _mm512_fmadd_ps(w1, _mm512_set1_ps(cols[j].f[2 * p + 1]), acc[j]);
+        }
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
 
 template <int NC>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const uint16_t * tile, int64_t K,
-                                                                          const uint16_t * const * cols,
-                                                                          float (*out)[kTile]) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(const uint16_t * tile, int64_t K,
+                                                                              const Column * cols, float (*out)[kTile]) {
     __m512 even[NC], odd[NC];
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
@@ -64,8 +94,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const ui
         const __m512bh w1 = (__m512bh) _mm512_loadu_si512(tile + (p + 1) * 2 * kTile);
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
-            even[j] = _mm512_dpbf16_ps(even[j], w0, (__m512bh) _mm512_set1_epi32(load_pair(cols[j] + 2 * p)));
-            odd[j]  = _mm512_dpbf16_ps(odd[j], w1, (__m512bh) _mm512_set1_epi32(load_pair(cols[j] + 2 * p + 2)));
+            int32_t pair[2];
+            std::memcpy(pair, cols[j].h + 2 * p, 8);
+            even[j] = _mm512_dpbf16_ps(even[j], w0, (__m512bh) _mm512_set1_epi32(pair[0]));
+            odd[j]  = _mm512_dpbf16_ps(odd[j], w1, (__m512bh) _mm512_set1_epi32(pair[1]));
         }
     }
 #    pragma GCC unroll 8
@@ -74,7 +106,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512(const ui
 
 // 8 rows at a time (16 vector registers): the two halves of the tile one after the other.
 template <int NC>
-__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_t K, const uint16_t * const * cols,
+__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_t K, const Column * cols,
                                                     float (*out)[kTile]) {
     const __m256i high = _mm256_set1_epi32((int) 0xffff0000u);
     for (int h = 0; h < 2; ++h) {
@@ -87,8 +119,8 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_
             const __m256  w1 = _mm256_castsi256_ps(_mm256_and_si256(v, high));
 #    pragma GCC unroll 8
             for (int j = 0; j < NC; ++j) {
-                acc[j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(widen(cols[j][2 * p])), acc[j]);
-                acc[j] = _mm256_fmadd_ps(w1, _mm256_set1_ps(widen(cols[j][2 * p + 1])), acc[j]);
+                acc[j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(cols[j].f[2 * p]), acc[j]);
+                acc[j] = _mm256_fmadd_ps(w1, _mm256_set1_ps(cols[j].f[2 * p + 1]), acc[j]);
             }
         }
 #    pragma GCC unroll 8
@@ -96,34 +128,34 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_
     }
 }
 
-using TileFn = void (*)(const uint16_t *, int64_t, const uint16_t * const *, float (*)[kTile]);
-const TileFn kAvx512[8] = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
-                           tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
-const TileFn kAvx2[4]   = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
-
-__attribute__((target("avx512f,avx512bf16"))) void convert_avx512(const float * x, uint16_t * act, int64_t K) {
-    for (int64_t k = 0; k < K; k += 16) {
-        const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + k));
-        std::memcpy(act + k, &v, 32);
-    }
-}
+using TileFn = void (*)(const uint16_t *, int64_t, const Column *, float (*)[kTile]);
+const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
+                               tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
+const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
+                               tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
+const TileFn kAvx2[4]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
 #endif  // BF16_X86
 
-int detect_path() {
+// The most capable path this CPU runs, and the one used by default.
+int best_path() {
 #ifdef BF16_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw")) return BF16_PATH_AVX512_BF16;
+    if (__builtin_cpu_supports("avx512f")) {
+        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? BF16_PATH_AVX512_BF16
+                                                                                          : BF16_PATH_AVX512;
+    }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BF16_PATH_AVX2;
 #endif
     return BF16_PATH_SCALAR;
 }
 
-const int kBestPath = detect_path();
-int       g_path    = kBestPath;
+const int kBestPath    = best_path();
+const int kDefaultPath = std::min(kBestPath, (int) BF16_PATH_AVX512);
+int       g_path       = kDefaultPath;
 
 // The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows (zeros) for the vector paths.
 void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> & wide) {
-    wide.assign(tile_elems(kTile, K), 0);
+    wide.assign((size_t) kTile * K, 0);
     for (int64_t p = 0; p < K / 2; ++p) std::memcpy(wide.data() + p * 2 * kTile, tile + p * 2 * R, 4 * R);
 }
 
@@ -132,14 +164,15 @@ void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> &
 extern "C" {
 
 int bf16_set_path(int path) {
-    if (path == BF16_PATH_AUTO) path = kBestPath;
-    if (path <= kBestPath) g_path = path;
+    if (path == BF16_PATH_AUTO) path = kDefaultPath;
+    if (path <= kBestPath) g_path = path;  // each path needs a subset of the next one's features
     return g_path;
 }
 
 const char * bf16_path_name(void) {
     switch (g_path) {
         case BF16_PATH_AVX512_BF16: return "avx512-bf16";
+        case BF16_PATH_AVX512: return "avx512";
         case BF16_PATH_AVX2: return "avx2";
         default: return "scalar";
     }
@@ -167,31 +200,24 @@ void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K) {
     }
 }
 
-void bf16_convert_act(const float * x, uint16_t * act, int64_t K) {
-#ifdef BF16_X86
-    if (g_path == BF16_PATH_AVX512_BF16) {
-        convert_avx512(x, act, K);
-        return;
-    }
-#endif
+size_t bf16_act_bytes(int64_t K) { return ((size_t) K * 6 + 63) & ~(size_t) 63; }
+
+void bf16_convert_act(const float * x, void * act, int64_t K) {
+    float *    f = (float *) act;
+    uint16_t * h = (uint16_t *) (f + K);
     for (int64_t k = 0; k < K; ++k) {
-        uint32_t bits;
-        std::memcpy(&bits, x + k, 4);
-        if ((bits & 0x7fffffff) > 0x7f800000) {
-            act[k] = (uint16_t) ((bits >> 16) | 0x40);  // NaN stays a (quiet) NaN
-        } else {
-            act[k] = (uint16_t) ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-        }
+        h[k] = round_to_bf16(x[k]);
+        f[k] = widen(h[k]);
     }
 }
 
-void bf16_gemm(const void * packed, int64_t M, int64_t K, const uint16_t * act, int64_t act_stride, int64_t N,
+void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     const int path = g_path;
-    const int step = path == BF16_PATH_AVX512_BF16 ? 8 : 4;
+    const int step = path >= BF16_PATH_AVX512 ? 8 : 4;
     thread_local std::vector<uint16_t> wide;
-    const uint16_t * cols[8];
-    float            out[8][kTile];
+    Column cols[8];
+    float  out[8][kTile];
     for (int64_t t0 = row_begin; t0 < row_end; t0 += kTile) {
         const int        R    = (int) std::min<int64_t>(kTile, M - t0);
         const uint16_t * tile = (const uint16_t *) packed + t0 * K;
@@ -201,10 +227,11 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const uint16_t * act, 
         }
         for (int64_t j0 = 0; j0 < N; j0 += step) {
             const int nc = (int) std::min<int64_t>(step, N - j0);
-            for (int j = 0; j < nc; ++j) cols[j] = act + (j0 + j) * act_stride;
+            for (int j = 0; j < nc; ++j) cols[j] = column(act, act_stride, j0 + j, K);
             switch (path) {
 #ifdef BF16_X86
-                case BF16_PATH_AVX512_BF16: kAvx512[nc - 1](tile, K, cols, out); break;
+                case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
+                case BF16_PATH_AVX512: kAvx512[nc - 1](tile, K, cols, out); break;
                 case BF16_PATH_AVX2: kAvx2[nc - 1](tile, K, cols, out); break;
 #endif
                 default: tile_scalar(tile, R, K, cols, nc, out); break;

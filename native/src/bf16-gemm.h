@@ -16,9 +16,17 @@ extern "C" {
 enum { BF16_TILE_ROWS = 16 };
 
 // Instruction paths; bf16_set_path() lets tests compare them. Returns the path in use after the call.
-// The AVX2/FMA path widens bf16 to f32 and is bit-identical to the scalar path; AVX512-BF16 rounds its
-// pairwise dot products differently, so it agrees with them only to float rounding.
-enum bf16_path { BF16_PATH_AUTO = 0, BF16_PATH_SCALAR = 1, BF16_PATH_AVX2 = 2, BF16_PATH_AVX512_BF16 = 3 };
+// The scalar, AVX2 and AVX-512 paths widen bf16 weights to f32 and run the same fma sequence, so they agree
+// bit for bit. The AVX512-BF16 path (vdpbf16ps) rounds its pairwise dot products differently; it is not
+// the default because on the Xeon we measured (Emerald Rapids) vdpbf16ps issues about once per two
+// cycles, so widening plus two FMA ports is faster once several columns share the weights.
+enum bf16_path {
+    BF16_PATH_AUTO        = 0,
+    BF16_PATH_SCALAR      = 1,
+    BF16_PATH_AVX2        = 2,
+    BF16_PATH_AVX512      = 3,
+    BF16_PATH_AVX512_BF16 = 4,
+};
 int bf16_set_path(int path);
 const char * bf16_path_name(void);
 
@@ -26,13 +34,15 @@ const char * bf16_path_name(void);
 void bf16_pack(const uint16_t * rows, void * packed, int64_t M, int64_t K);
 void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K);
 
-// Round one column of K floats to bf16 (round to nearest even).
-void bf16_convert_act(const float * x, uint16_t * act, int64_t K);
+// Bytes one prepared activation column takes: its K values rounded to bf16 (round to nearest even),
+// stored both widened back to f32 (what the FMA paths broadcast) and as bf16 pairs (for vdpbf16ps).
+size_t bf16_act_bytes(int64_t K);
+void   bf16_convert_act(const float * x, void * act, int64_t K);
 
 // dst[col * dst_stride + row] = sum_k W[row, k] * A[k, col] for rows [row_begin, row_end) and N columns,
-// act holding N bf16 columns act_stride elements apart. row_begin is a multiple of 16 and row_end a
+// act holding N prepared columns act_stride bytes apart. row_begin is a multiple of 16 and row_end a
 // multiple of 16 or M; a column's result does not depend on N or on the split.
-void bf16_gemm(const void * packed, int64_t M, int64_t K, const uint16_t * act, int64_t act_stride, int64_t N,
+void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
 
 #ifdef __cplusplus
