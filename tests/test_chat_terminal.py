@@ -27,23 +27,29 @@ class Terminal:
 
     def __init__(self, home: Path, *args: str, width=120, height=40):
         self.name = f"assistant-test-{uuid.uuid4().hex[:8]}"
-        env = f"ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={ROOT} TERM=xterm-256color"
-        command = f"cd {ROOT} && exec env {env} {sys.executable} -m assistant chat {' '.join(args)}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), command],
-                       check=True)
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = f"ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={path} TERM=xterm-256color"
+        command = f"cd {ROOT} && exec env -u COLUMNS -u LINES {env} {sys.executable} -m assistant chat {' '.join(args)}"
+        self.socket = self.name  # a private tmux server: no one else's options or sessions
+        subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-s", self.name,
+                        "-x", str(width), "-y", str(height), command], check=True)
+        # with no client attached tmux may shrink the window to its default size: pin ours
+        self.tmux("set-option", "-t", self.name, "window-size", "manual")
+        self.tmux("resize-window", "-t", self.name, "-x", str(width), "-y", str(height))
         self.pid = int(self.tmux("display-message", "-p", "-t", self.name, "#{pane_pid}").strip())
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", *args], capture_output=True, text=True).stdout
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True).stdout
 
     def alive(self) -> bool:
-        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+        return subprocess.run(["tmux", "-L", self.socket, "has-session", "-t", self.name],
+                              capture_output=True).returncode == 0
 
     def capture(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", self.name)
 
     def send(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run(["tmux", "-L", self.socket, "send-keys", "-t", self.name, *keys], check=True)
 
     def wait_for(self, condition, timeout=240.0) -> str:
         deadline = time.monotonic() + timeout
@@ -54,7 +60,8 @@ class Terminal:
             if not self.alive():
                 raise AssertionError("assistant chat exited early")
             time.sleep(0.2)
-        raise AssertionError(f"timed out; the screen shows:\n{self.capture()}")
+        size = self.tmux("display-message", "-p", "-t", self.name, "#{window_width}x#{window_height}").strip()
+        raise AssertionError(f"timed out; the {size} screen shows:\n{self.capture()}")
 
     def wait_exit(self, timeout=20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -66,7 +73,7 @@ class Terminal:
         return self
 
     def __exit__(self, *exc):
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
 
 def keep(name: str, screen: str) -> None:
@@ -81,14 +88,14 @@ def status_line(screen: str) -> str:
     return lines[-2] if len(lines) > 1 else ""
 
 
-@pytest.mark.slow
 def test_chat_on_the_demo_set_then_resume(assistant_home):
     """A fresh user: `assistant chat` prepares the bundled demo set itself, answers, and resumes next time."""
-    question = "def fibonacci"
+    question = "def fibonacci(n):"
     with Terminal(assistant_home) as terminal:
-        screen = terminal.wait_for(lambda s: "ready" in status_line(s), timeout=300)
-        assert "toy trained for benchmarks" in screen and "assistant pull" in screen
-        terminal.send(question, "Enter")
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s) and "toy trained for benchmarks" in s,
+                                   timeout=300)
+        assert "assistant pull" in screen
+        terminal.send(question, "C-j", "    if n < 2:", "Enter")
         screen = terminal.wait_for(lambda s: "tok/s" in status_line(s))
         keep("main-screen.txt", screen)
         terminal.send("F3")
@@ -98,11 +105,10 @@ def test_chat_on_the_demo_set_then_resume(assistant_home):
     store = Store(assistant_home / "conversations.sqlite3")
     (conversation,) = store.conversations()
     user, answer = store.messages(conversation.id)
-    assert (user.role, user.content, conversation.title) == ("user", question, question)
+    assert (user.role, user.content, conversation.title) == ("user", question + "\n    if n < 2:", question)
     assert answer.role == "assistant" and answer.content.strip() and answer.complete
     with Terminal(assistant_home) as terminal:
-        screen = terminal.wait_for(lambda s: "ready" in status_line(s), timeout=60)
-        assert question in screen  # the conversation is back, with its answer
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s) and question in s, timeout=60)  # the conversation is back, with its answer
         first_line = next(line for line in answer.content.splitlines() if line.strip()).strip()[:20]
         assert first_line in screen
         terminal.send("C-q")
@@ -114,7 +120,7 @@ def test_kill_9_during_an_answer_loses_nothing_on_screen(assistant_home, demo_se
     with Terminal(assistant_home, width=100, height=30) as terminal:
         terminal.wait_for(lambda s: "ready" in status_line(s), timeout=120)
         terminal.send("C-b")  # hide the conversation list: only the answer's text in the message column
-        terminal.send("class Tokenizer", "Enter")
+        terminal.send("def fibonacci(n):", "C-j", "    if n < 2:", "Enter")  # code to continue: a long answer
         screen = terminal.wait_for(lambda s: len(answer_lines(s)) >= 6, timeout=120)
         os.kill(terminal.pid, signal.SIGKILL)
         terminal.wait_exit()
