@@ -93,14 +93,14 @@ async def test_send_streams_an_answer_saved_with_its_provenance(demo_set):
 
 
 async def test_window_is_interactive_while_models_load(demo_set):
-    started = time.monotonic()
+    # Behaviour, not a stopwatch: keys reach the input while the models are still loading (a time limit here
+    # fails on a busy CI machine; load speed belongs in benchmarks).
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         status = app.screen.query_one(StatusLine)
         assert status.loading and status.state.startswith("loading 3 levels")
         await pilot.press("h", "i")
         assert app.screen.query_one(PromptInput).text == "hi"
-        assert time.monotonic() - started < 1.0
         await settle(pilot)
         assert not status.loading and status.state == "ready"
 
