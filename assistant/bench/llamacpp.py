@@ -33,6 +33,8 @@ class SpeculativeRun:
 
     def as_result(self, draft_role: str, draft_length: int) -> dict:
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        rounds = self.new_tokens - self.accepted  # each verification yields its accepted drafts + one token
+        tau = self.new_tokens / rounds if rounds > 0 else 0.0
         return {
             "text": self.text,
             "seconds": self.seconds,
@@ -42,7 +44,7 @@ class SpeculativeRun:
                 {"role": "target", "proposed": 0, "accepted": 0, "acceptance": 0.0, "mean_accepted_length": 0.0,
                  "seconds": 0.0},
                 {"role": draft_role, "proposed": self.drafted, "accepted": self.accepted, "acceptance": acceptance,
-                 "mean_accepted_length": 0.0, "seconds": 0.0},
+                 "mean_accepted_length": tau, "seconds": 0.0},
             ],
             "draft_length": draft_length,
         }
