@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <sys/resource.h>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,6 +33,13 @@
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Process CPU time: cpu / (wall * threads) well below 1 means other processes took our cores (noise).
+double cpu_seconds() {
+    rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 std::vector<std::string> split(const std::string & s) {
     std::vector<std::string> out;
@@ -257,11 +265,11 @@ int main(int argc, char ** argv) {
     for (int r = 0; r < reps; ++r) {
         for (size_t a = 0; a < ns.size(); ++a) {
             for (size_t b = 0; b < sets.size(); ++b) {
-                const double t0 = now();
+                const double c0 = cpu_seconds(), t0 = now();
                 ggml_backend_graph_compute(backend, runs[a][b].graph);
-                const double s = now() - t0;
-                std::printf("{\"kernel\": \"%s\", \"n\": %s, \"rep\": %d, \"seconds\": %.6f, \"weight_bytes\": %zu}\n",
-                            sets[b].kernel.c_str(), ns[a].c_str(), r, s, sets[b].bytes);
+                const double s = now() - t0, share = (cpu_seconds() - c0) / (s * threads);
+                std::printf("{\"kernel\": \"%s\", \"n\": %s, \"rep\": %d, \"seconds\": %.6f, \"cpu_share\": %.3f, "
+                            "\"weight_bytes\": %zu}\n", sets[b].kernel.c_str(), ns[a].c_str(), r, s, share, sets[b].bytes);
                 std::fflush(stdout);
             }
         }

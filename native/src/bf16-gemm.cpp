@@ -21,6 +21,9 @@
 namespace {
 
 constexpr int kTile = BF16_TILE_ROWS;
+// Software prefetch this far ahead in the weight stream: without it DRAM time and compute time added up
+// at N = 8 on the 2-core Xeon we measured (5.5 GB/s); 4 KB ahead they overlap (~10 GB/s, close to N = 1).
+constexpr int kPrefetchBytes = 4096;
 
 inline float widen(uint16_t v) {
     const uint32_t bits = (uint32_t) v << 16;
@@ -70,6 +73,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
         const __m512i v  = _mm512_loadu_si512(tile + p * 2 * kTile);
         const __m512  w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // even values of the 16 rows
         const __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));  // odd values
@@ -90,6 +94,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; p += 2) {
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes + 64, _MM_HINT_T0);
         const __m512bh w0 = (__m512bh) _mm512_loadu_si512(tile + p * 2 * kTile);
         const __m512bh w1 = (__m512bh) _mm512_loadu_si512(tile + (p + 1) * 2 * kTile);
 #    pragma GCC unroll 8
@@ -114,6 +120,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t p = 0; p < K / 2; ++p) {
+            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
             const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * h));
             const __m256  w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
             const __m256  w1 = _mm256_castsi256_ps(_mm256_and_si256(v, high));

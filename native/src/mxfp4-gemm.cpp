@@ -25,6 +25,10 @@ constexpr int kTile   = MXFP4_TILE_ROWS;
 constexpr int kBlock  = MXFP4_BLOCK;
 constexpr int kOffset = 12;
 constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// Software prefetch this far ahead in the weight stream. Measured on the 2-core Xeon (Emerald Rapids VM):
+// with the hardware prefetchers alone, DRAM time and compute time simply added up at N = 8 (5 GB/s);
+// 4 KB ahead lets them overlap (8.5 GB/s, close to N = 1). 2 KB and 8 KB were slightly worse.
+constexpr int kPrefetchBytes = 4096;
 
 // E8M0 exponent -> 2^(e - 127) / 2 (the half undoes the doubled code values).
 struct ScaleTable {
@@ -96,6 +100,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+#    pragma GCC unroll 5
+        for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
         const __m512i   e   = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) blk));
         const __m512    ws  = _mm512_scalef_ps(half, _mm512_cvtepi32_ps(_mm512_sub_epi32(e, bias)));
         __m512i w[8];  // w[c]: values 4c..4c+3 of each row; w[c + 4]: values 16 + 4c..
@@ -138,6 +144,8 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+#    pragma GCC unroll 5
+            for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
             const __m256    ws  = _mm256_i32gather_ps(
                 kScale.v, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (blk + 8 * h))), 4);
             __m256i w[8];
