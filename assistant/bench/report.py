@@ -74,7 +74,7 @@ def markdown(report: dict) -> str:
         f"{info.get('memory_gib', '?')} GiB; {info.get('platform', '')}; commit {info.get('commit', '?')}; {info['date']}.",
         "",
         f"Settings: greedy, {settings['max_tokens']} new tokens, {settings['threads']} threads, "
-        f"{settings['prompts']} prompts from `{settings['prompts_file']}`, context {settings['n_ctx']}; pipelines "
+        f"prompts from `{settings['prompts_file']}` (count per workload below), context {settings['n_ctx']}; pipelines "
         "interleaved prompt by prompt (rotating order), each warmed up once. Speedup = tokens/s over (i)'s on the "
         "same prompt; geomean over prompts. Our times are wall-clock around the whole generation (prompt included); "
         "llama.cpp's are the encode + decode times `llama-speculative-simple` prints itself (its model loading "
@@ -99,7 +99,8 @@ def _workload_section(workload: dict) -> list[str]:
         "",
         f"Target {params['target'] / 1e6:.1f}M parameters ({sizes['target'] / 1e9:.2f} GB BF16 GGUF, MXFP4 copy "
         f"{sizes['mxfp4'] / 1e9:.2f} GB); small draft {params['draft'] / 1e6:.1f}M parameters "
-        f"({sizes['draft'] / 1e9:.3f} GB BF16), {params['target'] / params['draft']:.1f}x smaller.",
+        f"({sizes['draft'] / 1e9:.3f} GB BF16), {params['target'] / params['draft']:.1f}x smaller. "
+        f"{len(workload['prompts'])} prompts.",
     ]
     if info.get("padding"):
         lines.append(f"Padding (zero-output capacity, outputs unchanged): target {info['padding']['target']}, "

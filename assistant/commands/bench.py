@@ -14,6 +14,7 @@ from assistant.errors import AssistantError
 
 HELP = "benchmark speculative decoding pipelines against the target alone and llama.cpp; write a report"
 QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
+LIMIT_B = 12
 
 
 def add_arguments(parser):
@@ -27,7 +28,10 @@ def add_arguments(parser):
                         help=f"smoke run: {QUICK['prompts']} prompts, {QUICK['max_tokens']} tokens, 1-prompt llama.cpp sweep")
     parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, metavar="FILE",
                         help="JSON lines with {'id', 'messages'} (default: ../shared/bench/prompts.jsonl)")
-    parser.add_argument("--limit", type=int, help="use only the first N prompts")
+    parser.add_argument("--limit", type=int, help="use only the first N prompts (both workloads)")
+    parser.add_argument("--limit-b", type=int, default=LIMIT_B,
+                        help=f"prompts for workload b when --limit is not given (default {LIMIT_B}, as BENCHMARK.md's "
+                        "baseline: memory-bound runs take minutes per prompt)")
     parser.add_argument("--max-tokens", type=int, help="new tokens per prompt (default 128)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for every pipeline (default 2)")
     parser.add_argument("--pipelines", help="comma-separated subset: target, sd-draft, sd-mxfp4, mlsd, "
@@ -71,8 +75,9 @@ def run(args) -> int:
 
     if args.threads < 1:
         raise AssistantError(f"--threads must be 1 or more, not {args.threads}")
-    if args.limit is not None and args.limit < 1:
-        raise AssistantError(f"--limit must be 1 or more, not {args.limit}")
+    for option, value in (("--limit", args.limit), ("--limit-b", args.limit_b)):
+        if value is not None and value < 1:
+            raise AssistantError(f"{option} must be 1 or more, not {value}")
     try:
         lengths = tuple(int(x) for x in args.sweep_lengths.split(",") if x.strip())
     except ValueError:
@@ -96,7 +101,7 @@ def run(args) -> int:
     began = time.perf_counter()
     result = {
         "settings": {"max_tokens": max_tokens, "threads": args.threads, "n_ctx": settings.n_ctx, "greedy": True,
-                     "prompts": len(prompts), "prompts_file": str(args.prompts), "quick": args.quick,
+                     "prompts_file": str(args.prompts), "quick": args.quick,
                      "pipelines": [spec.key for spec in specs], "llama_cpp_sweep_lengths": list(lengths),
                      "llama_cpp_sweep_prompts": settings.sweep_prompts},
         "machine": report.machine(),
@@ -104,8 +109,9 @@ def run(args) -> int:
     }
     for key in keys_of_workloads:
         workload = workloads.prepare(key, args.models, args.cache, log)
-        log(f"[bench] workload {workload.title}: {len(prompts)} prompts x {len(specs) + settings.llama_cpp} pipelines")
-        record = runner.run_workload(workload, prompts, settings)
+        chosen_prompts = prompts if key == "a" or limit else prompts[: args.limit_b]
+        log(f"[bench] workload {workload.title}: {len(chosen_prompts)} prompts x {len(specs) + settings.llama_cpp} pipelines")
+        record = runner.run_workload(workload, chosen_prompts, settings)
         record["summary"] = summary.summarize(record["runs"])
         result["workloads"][key] = record
         _charts(charts, record, args.out, key, log)
