@@ -20,8 +20,8 @@ LIMIT_B = 12
 def add_arguments(parser):
     from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="directory for bench.json, bench.md and the charts (default: ./bench-results)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"),
+                        help="directory for bench.json, bench.md and the charts (default: ./bench-out)")
     parser.add_argument("--workload", choices=("a", "b", "both"), default=None,
                         help="a: bench pair, b: padded memory-bound pair (default: both; a with --quick)")
     parser.add_argument("--quick", action="store_true",
