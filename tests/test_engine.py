@@ -80,18 +80,31 @@ def test_missing_and_non_gguf_files_are_named(tmp_path):
         Model(fake)
 
 
-def test_min_batch_two_makes_token_by_token_equal_to_batched_bitwise(bench_gguf):
+def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf):
     """Greedy losslessness rests on this: decoding one token at a time (as the target alone does) and
-    verifying a batch (as speculation does) must give the target bitwise the same logits."""
+    verifying drafts in batches of any size (as speculation does) give the target bitwise the same logits,
+    also past 200 tokens of context, where llama.cpp's attention kernels change strategy."""
+    from assistant.speculative.pipeline import target_context_options
+
+    options = target_context_options()
     with Model(bench_gguf["target_bf16"]) as model:
-        prompt = model.tokenize("def quicksort(values):\n    if len(values) <= 1:\n", add_special=False)
-        tail = model.tokenize("        return values\n    pivot = values[0]\n", add_special=False)[:8]
-        with Context(model, n_ctx=256, min_batch=2) as stepwise, Context(model, n_ctx=256, min_batch=2) as batched:
-            sequence = TokenSequence(prompt)
-            rows = [np.array(stepwise.evaluate(sequence, len(sequence) - 1)[0])]
-            for token in tail:
-                sequence.append(token)
-                rows.append(np.array(stepwise.evaluate(sequence, len(sequence) - 1)[0]))
-            batched.evaluate(TokenSequence(prompt[:-1]), len(prompt) - 2)
-            reference = batched.evaluate(TokenSequence(prompt + tail), len(prompt) - 1)
-            assert (np.array(rows) == reference).all()
+        prompt = model.tokenize("def quicksort(values):\n    if len(values) <= 1:\n        return values\n" * 12,
+                                add_special=False)
+        tail = model.tokenize("    pivot = values[0]\n    left = [v for v in values[1:] if v < pivot]\n",
+                              add_special=False)[:12]
+        assert len(prompt) > 200 and len(tail) == 12
+
+        def logits_after(chunks):
+            """Rows for every tail position, evaluating the tail in chunks of the given sizes."""
+            with Context(model, n_ctx=512, **options) as context:
+                sequence = TokenSequence(prompt)
+                rows = [np.array(context.evaluate(sequence, len(sequence) - 1)[-1])]
+                for size in chunks:
+                    start = len(sequence)
+                    sequence.extend(tail[start - len(prompt) : start - len(prompt) + size])
+                    rows.extend(np.array(context.evaluate(sequence, start)))
+                return np.array(rows)
+
+        stepwise = logits_after([1] * 12)
+        for chunks in ([8, 4], [3, 9], [12], [2, 1, 5, 1, 3]):
+            assert (logits_after(chunks) == stepwise).all(), chunks

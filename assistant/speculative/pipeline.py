@@ -56,8 +56,8 @@ class Pipeline:
                 models.append(Model(path))
             n_shared = shared_vocab_size(models)
             for index, ((role, _), model) in enumerate(zip(entries, models)):
-                min_batch = target_min_batch() if index == 0 else 1
-                context = Context(model, n_ctx=n_ctx, threads=threads, min_batch=min_batch)
+                options = target_context_options() if index == 0 else {}
+                context = Context(model, n_ctx=n_ctx, threads=threads, **options)
                 chain.append(ModelLevel(role, model, context))
         except BaseException:
             for level in chain:
@@ -193,13 +193,16 @@ class Pipeline:
         self.close()
 
 
-def target_min_batch() -> int:
-    """2 (default): the target never evaluates a lone token, so plain decoding and verification round alike.
+def target_context_options() -> dict:
+    """How the target's context evaluates, so that plain decoding and verification round alike.
 
-    Stock llama.cpp rounds a one-token matmul differently from a batched one (see engine/context.py);
-    with batch-invariant kernels set ASSISTANT_TARGET_MIN_BATCH=1 to save the extra row.
+    Stock llama.cpp is not batch-invariant in two places (see engine/context.py): a one-row matmul takes
+    another code path than a batched one, so the target never evaluates fewer than 2 rows (min_batch); and
+    CPU flash attention switches to a tiled kernel from 8 queries on, so the target uses the plain
+    attention graph (KQ and KQV matmuls, batched like the rest). ASSISTANT_TARGET_MIN_BATCH=1 saves the
+    extra row once the matmul kernels are batch-invariant.
     """
-    return max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2")))
+    return {"min_batch": max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2"))), "flash_attention": False}
 
 
 def _decode_seconds(level) -> float:
