@@ -54,7 +54,7 @@ def mulmat_tool(directory: Path) -> Path:
 @dataclass
 class KernelRun:
     bandwidth_gbps: float
-    results: list[dict]        # {kernel, n, seconds, gbps, seconds_median}
+    results: list[dict]        # {kernel, n, seconds, gbps, seconds_median, cpu_share}
     weight_bytes: dict[str, int]
 
 
@@ -68,15 +68,23 @@ def run_mulmat(tool: Path, threads: int, gb: float, reps: int, kernels=KERNELS, 
         if "bandwidth_gbps" in row:
             bandwidth = row["bandwidth_gbps"]
         elif "rep" in row:
-            times.setdefault((row["kernel"], row["n"]), []).append(row["seconds"])
+            times.setdefault((row["kernel"], row["n"]), []).append((row["seconds"], row["cpu_share"]))
         else:
             sizes[row["kernel"]] = row["weight_bytes"]
     results = []
-    for (kernel, n), seconds in times.items():
-        best = min(seconds)  # the least disturbed repetition
+    for (kernel, n), reps in times.items():
+        best, share = min(reps)  # the least disturbed repetition
         results.append({"kernel": kernel, "n": n, "seconds": best, "gbps": sizes[kernel] / best / 1e9,
-                        "seconds_median": statistics.median(seconds)})
+                        "seconds_median": statistics.median(s for s, _ in reps), "cpu_share": share})
     return KernelRun(bandwidth, results, sizes)
+
+
+def check_invariance(tool: Path, kernels=KERNELS) -> dict[str, dict]:
+    """Per kernel: is every column of N = 1, 3, 8, 16 (1 and 2 threads) bit-identical to it computed alone?"""
+    out = subprocess.run([str(tool), "--gb", "0.01", "--reps", "0", "--no-bandwidth", "--check-invariance",
+                          "--kernels", ",".join(kernels)], capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if "batch_invariant" in line]
+    return {r["kernel"]: {"batch_invariant": r["batch_invariant"], "max_abs_diff": r["max_abs_diff"]} for r in rows}
 
 
 def llama_bench(directory: Path, model: Path, threads: int, reps: int, env: dict[str, str]) -> dict[int, float]:
@@ -111,7 +119,8 @@ def markdown(report: dict) -> str:
     lines = [f"# Kernel benchmark ({report['threads']} threads)", "",
              f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**. Weight sets: "
              + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in report["weight_bytes"].items()) + ".", "",
-             "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s):", "",
+             "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s; `cpu_share` in the JSON "
+             "below ~0.95 means other processes took our cores during that repetition):", "",
              "| kernel | " + " | ".join(f"N={n}" for n in NS) + " |", "|---" * (len(NS) + 1) + "|"]
     t = {(r["kernel"], r["n"]): r for r in report["results"]}
     for kernel in dict.fromkeys(r["kernel"] for r in report["results"]):
@@ -130,6 +139,12 @@ def markdown(report: dict) -> str:
             v = s.get(kind, {}).get(key)
             cells.append("-" if v is None else (f"{v:.0%}" if "fraction" in key else f"{v:.2f}x"))
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
+    if report.get("invariance"):
+        lines += ["", "Batch invariance (each column of N = 1, 3, 8, 16 at 1 and 2 threads bit-identical to that column "
+                  "computed alone):", ""]
+        for kernel, r in report["invariance"].items():
+            verdict = "yes" if r["batch_invariant"] else f"no (max difference {r['max_abs_diff']:.3g})"
+            lines.append(f"- {LABELS.get(kernel, kernel)}: {verdict}")
     for name, table in report.get("llama_bench", {}).items():
         lines += ["", f"`llama-bench -p 1,2,4,8,16 -n 0 -t {report['threads']}` on {name} (ms per batch):", "",
                   "| kernels | " + " | ".join(f"N={n}" for n in NS) + " | N=8 / N=1 |", "|---" * (len(NS) + 2) + "|"]

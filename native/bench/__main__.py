@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-bench", action="store_true",
                         help="also run llama-bench on random ~1.1B Qwen2-shaped MXFP4 and BF16 models, kernels on/off")
     parser.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "assistant" / "bench-models")
-    parser.add_argument("--out", type=Path, default=Path("kernel-bench"), help="directory for JSON, Markdown, PNG")
+    parser.add_argument("--out", type=Path, default=Path("bench-out") / "kernels",
+                        help="directory for kernels.json, kernels.md, kernels.png")
     args = parser.parse_args(argv)
 
     directory = bench.native_dir()
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                                                             if r["kernel"] in bench.KERNELS else 99, r["n"])),
               "build": directory.name}
     report["summary"] = bench.summary(run)
+    report["invariance"] = bench.check_invariance(tool, kernels=args.kernels.split(","))
 
     if args.llama_bench:
         report["llama_bench"] = {}
