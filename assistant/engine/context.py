@@ -50,6 +50,7 @@ class Context:
         self.min_batch = min_batch
         self.decode_seconds = 0.0
         self.decode_calls = 0
+        self.last_batch = 0  # tokens the latest evaluate() decoded
         self._lib = lib
         self._memory = lib.llama_get_memory(handle)
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
@@ -87,6 +88,7 @@ class Context:
                 keep = 0
             del self.tokens[keep:]
         start = keep
+        self.last_batch = end - keep
         while start < end:
             stop = min(end, start + self.n_batch)
             self._decode(tokens, start, stop, max(outputs_from, start))

@@ -37,6 +37,8 @@ class Chain:
         rows = self.policy.max_length + 2
         for level in self.levels:
             level.prepare(self.n_shared, rows, not self.greedy)
+            if level.is_model:  # prompt processing first, so the draft-length policy times steady decoding
+                level.context.evaluate(sequence, len(sequence) - 1)
 
     # --- verification rounds ----------------------------------------------------------------------
     def step(self, limit: int) -> list[tuple[int, int]]:
@@ -80,7 +82,7 @@ class Chain:
         else:
             accepted, token = self._verify_sampled(index, rows, base, drafted, row)
         if below is not None:
-            self.policy.record_verify(index, drafted + 1, evaluated, drafted, accepted)
+            self.policy.record_verify(index, level.context.last_batch, evaluated, drafted, accepted)
             below.stats.proposed += drafted
             below.stats.accepted += accepted
             below.rounds += 1 if drafted else 0

@@ -73,22 +73,36 @@ class AdaptiveLength:
         self.rounds = [0] * n_levels
 
     def length(self, level: int) -> int:
-        below = level + 1
-        if self.rounds[level] < 3 or self.draft_tokens[below] == 0:
+        if self.rounds[level] < 3 or self.draft_tokens[level + 1] == 0:
             return self.start_length
+        return self._best(level)[0]
+
+    def _best(self, level: int) -> tuple[int, float]:
+        """The draft length for ``level`` and the seconds per token it then achieves."""
         acceptance = min(self.accepted[level] / max(self.drafted[level], 1e-9), 0.995)
-        per_draft = self.draft_seconds[below] / self.draft_tokens[below]
+        per_draft = self._seconds_per_token(level + 1)
         cost = self.verify_cost[level]
-        best_k, best_rate = 1, 0.0
+        best_k, best_seconds = 1, float("inf")
         gain = 1.0  # expected tokens for k drafts, built up incrementally
         power = 1.0
         for k in range(1, self.max_length + 1):
             power *= acceptance
             gain += power
-            rate = gain / (cost.seconds(k + 1) + k * per_draft)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k
+            seconds = (cost.seconds(k + 1) + k * per_draft) / gain
+            if seconds < best_seconds:
+                best_k, best_seconds = k, seconds
+        return best_k, best_seconds
+
+    def _seconds_per_token(self, level: int) -> float:
+        """What one token from ``level`` costs when it drafts at its best length (measured for the last level).
+
+        Predicting this instead of using the measured cost avoids a trap: asked for one token at a time, a
+        middle level never uses the level below it, looks expensive, and keeps being asked for one token.
+        """
+        measured = self.draft_seconds[level] / max(self.draft_tokens[level], 1e-9)
+        if level + 1 >= len(self.verify_cost) or not self.verify_cost[level].known or self.draft_tokens[level + 1] == 0:
+            return measured
+        return min(measured, self._best(level)[1])
 
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int) -> None:
         self.verify_cost[level].add(batch, seconds)
