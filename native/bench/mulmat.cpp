@@ -131,7 +131,7 @@ Run make_run(const WeightSet & set, int N, std::mt19937 & rng) {
     return run;
 }
 
-// Best-of-reps read bandwidth over a buffer twice the size of any cache, each thread reading its slice.
+// Best-of-reps read bandwidth over a buffer as large as a weight set, each thread reading its own slice.
 double read_bandwidth(int threads, size_t bytes, int reps) {
     std::vector<uint8_t> buf(bytes, 1);
     double               best = 0;
@@ -146,6 +146,8 @@ double read_bandwidth(int threads, size_t bytes, int reps) {
 #ifdef __AVX512F__
                 __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
                 for (size_t i = 0; i < n; i += 256) {
+                    // prefetched like our kernels' weight streams, so the limit is measured the same way
+                    for (int l = 0; l < 4; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
                     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
                     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
                     a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
