@@ -156,9 +156,18 @@ int best_path() {
     return BF16_PATH_SCALAR;
 }
 
-const int kBestPath    = best_path();
-const int kDefaultPath = std::min(kBestPath, (int) BF16_PATH_AVX512);
-int       g_path       = kDefaultPath;
+// Function-local statics: detected on first use, whatever the order of static initialisation.
+int best() {
+    static const int path = best_path();
+    return path;
+}
+
+int default_path() { return std::min(best(), (int) BF16_PATH_AVX512); }
+
+int & current() {
+    static int path = default_path();
+    return path;
+}
 
 // The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows (zeros) for the vector paths.
 void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> & wide) {
@@ -171,13 +180,13 @@ void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> &
 extern "C" {
 
 int bf16_set_path(int path) {
-    if (path == BF16_PATH_AUTO) path = kDefaultPath;
-    if (path <= kBestPath) g_path = path;  // each path needs a subset of the next one's features
-    return g_path;
+    if (path == BF16_PATH_AUTO) path = default_path();
+    if (path <= best()) current() = path;  // each path needs a subset of the next one's features
+    return current();
 }
 
 const char * bf16_path_name(void) {
-    switch (g_path) {
+    switch (current()) {
         case BF16_PATH_AVX512_BF16: return "avx512-bf16";
         case BF16_PATH_AVX512: return "avx512";
         case BF16_PATH_AVX2: return "avx2";
@@ -220,7 +229,7 @@ void bf16_convert_act(const float * x, void * act, int64_t K) {
 
 void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
-    const int path = g_path;
+    const int path = current();
     const int step = path >= BF16_PATH_AVX512 ? 8 : 4;
     thread_local std::vector<uint16_t> wide;
     Column cols[8];

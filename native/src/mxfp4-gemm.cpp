@@ -37,7 +37,10 @@ struct ScaleTable {
         for (int e = 0; e < 256; ++e) v[e] = std::ldexp(0.5f, e - 127);
     }
 };
-const ScaleTable kScale;
+const float * scale_table() {
+    static const ScaleTable table;  // built on first use, whatever the order of static initialisation
+    return table.v;
+}
 
 struct Column {
     const int8_t *  q;
@@ -57,6 +60,7 @@ size_t tile_bytes(int rows, int64_t nb) { return (size_t) rows * nb * MXFP4_BLOC
 inline uint8_t code_byte(const uint8_t * blk, int R, int r, int i) { return blk[R + (i / 4) * 4 * R + 4 * r + i % 4]; }
 
 void tile_scalar(const uint8_t * tile, int R, int64_t nb, const Column * cols, int nc, float (*out)[kTile]) {
+    const float * scales = scale_table();
     for (int j = 0; j < nc; ++j) {
         for (int r = 0; r < R; ++r) {
             float acc = 0.0f;
@@ -68,7 +72,7 @@ void tile_scalar(const uint8_t * tile, int R, int64_t nb, const Column * cols, i
                     const uint8_t byte = code_byte(blk, R, r, i);
                     isum += (kValues[byte & 15] + kOffset) * q[i] + (kValues[byte >> 4] + kOffset) * q[i + 16];
                 }
-                const float scale = kScale.v[blk[r]] * cols[j].d[b];
+                const float scale = scales[blk[r]] * cols[j].d[b];
                 acc = std::fma((float) isum, scale, acc);
             }
             out[j][r] = acc;
@@ -136,8 +140,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 template <int NC>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
                                                                float (*out)[kTile]) {
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
-    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i lut    = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
+    const __m256i low    = _mm256_set1_epi8(0x0f);
+    const float * scales = scale_table();
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NC];
 #    pragma GCC unroll 4
@@ -147,7 +152,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 #    pragma GCC unroll 5
             for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
             const __m256    ws  = _mm256_i32gather_ps(
-                kScale.v, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (blk + 8 * h))), 4);
+                scales, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (blk + 8 * h))), 4);
             __m256i w[8];
 #    pragma GCC unroll 4
             for (int c = 0; c < 4; ++c) {
@@ -210,8 +215,16 @@ int detect_path() {
     return MXFP4_PATH_SCALAR;
 }
 
-const int kBestPath = detect_path();
-int       g_path    = kBestPath;
+// Function-local statics: detected on first use, whatever the order of static initialisation.
+int best() {
+    static const int path = detect_path();
+    return path;
+}
+
+int & current() {
+    static int path = best();
+    return path;
+}
 
 // The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows so the vector kernels
 // need no masks. Extra rows get exponent 0 and code 0; their results are dropped.
@@ -230,13 +243,13 @@ void widen_tile(const uint8_t * tile, int R, int64_t nb, std::vector<uint8_t> & 
 extern "C" {
 
 int mxfp4_set_path(int path) {
-    if (path == MXFP4_PATH_AUTO) path = kBestPath;
-    if (path <= kBestPath) g_path = path;  // paths are ordered: each needs a subset of the next one's features
-    return g_path;
+    if (path == MXFP4_PATH_AUTO) path = best();
+    if (path <= best()) current() = path;  // paths are ordered: each needs a subset of the next one's features
+    return current();
 }
 
 const char * mxfp4_path_name(void) {
-    switch (g_path) {
+    switch (current()) {
         case MXFP4_PATH_AVX512_VNNI: return "avx512-vnni";
         case MXFP4_PATH_AVX_VNNI: return "avx-vnni";
         default: return "scalar";
@@ -287,7 +300,7 @@ size_t mxfp4_act_bytes(int64_t K) {
 void mxfp4_quantize_act(const float * x, void * act, int64_t K) {
     const Column c = column(act, 0, 0, K);
 #ifdef MXFP4_X86
-    if (g_path == MXFP4_PATH_AVX512_VNNI) {
+    if (current() == MXFP4_PATH_AVX512_VNNI) {
         quantize_avx512(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
         return;
     }
@@ -313,7 +326,7 @@ void mxfp4_quantize_act(const float * x, void * act, int64_t K) {
 void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                 float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     const int64_t nb   = K / kBlock;
-    const int     path = g_path;
+    const int     path = current();
     const int     step = path == MXFP4_PATH_AVX512_VNNI ? 8 : 4;
     thread_local std::vector<uint8_t> wide;
     Column cols[8];
