@@ -13,12 +13,18 @@ import time
 
 import numpy as np
 
+from assistant.speculative.draft_length import ConstantLength
 from assistant.speculative.probabilities import Sampler, top_probability
+
+# Seeded sampling drafts a constant number of tokens: the adaptive policy's choices follow measured timings,
+# and the random draws follow the draft schedule, so only a fixed schedule makes a seed reproduce its text.
+SEEDED_DRAFT_LENGTH = 4
 
 
 class Chain:
     def __init__(self, levels, policy, n_shared: int, n_ctx: int, confidence: float = 0.0, accept=None):
         self.levels = levels
+        self.configured_policy = policy
         self.policy = policy
         self.n_shared = n_shared
         self.n_ctx = n_ctx
@@ -33,6 +39,9 @@ class Chain:
         self.sequence = sequence
         self.origins = [-1] * len(sequence)
         self.greedy = sampling.greedy
+        self.policy = self.configured_policy
+        if not self.greedy and sampling.seed is not None and not isinstance(self.policy, ConstantLength):
+            self.policy = ConstantLength(SEEDED_DRAFT_LENGTH)
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         rows = self.policy.max_length + 2
         for level in self.levels:
