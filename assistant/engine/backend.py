@@ -42,3 +42,22 @@ def last_error() -> str:
     line = recent_errors[0] if recent_errors else ""
     recent_errors.clear()
     return line
+
+
+class NativeHandle:
+    """Frees a llama.cpp object with ``close()`` on ``with`` exit or garbage collection, whichever is first."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

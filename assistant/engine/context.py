@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from assistant.engine.backend import llama
+from assistant.engine.backend import NativeHandle, llama
 from assistant.engine.sequence import TokenSequence
 from assistant.errors import AssistantError
 
 
-class Context:
+class Context(NativeHandle):
     """A KV cache over one model; ``tokens`` is what it holds, ``decode_seconds`` what decoding cost."""
 
     def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None,
@@ -154,18 +154,6 @@ class Context:
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self.handle)
             self.handle = None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

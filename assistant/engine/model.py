@@ -5,13 +5,13 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from assistant.engine.backend import last_error, llama
+from assistant.engine.backend import NativeHandle, last_error, llama
 from assistant.errors import AssistantError
 
 GGUF_MAGIC = b"GGUF"
 
 
-class Model:
+class Model(NativeHandle):
     """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
 
     def __init__(self, path: str | Path):
@@ -108,18 +108,6 @@ class Model:
         if getattr(self, "handle", None):
             self._lib.llama_model_free(self.handle)
             self.handle = None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _check_gguf_file(path: Path) -> None:
