@@ -2,14 +2,17 @@
 
 ``ConstantLength(k)`` reproduces the paper (k = 8). ``AdaptiveLength`` picks, before each verification,
 the k that maximises expected tokens per second under an online cost model: expected tokens from k
-drafts at acceptance ratio a is (1 - a^(k+1)) / (1 - a); the cost is the verifier's measured time for a
-batch of k+1 tokens (a linear fit over recent batches) plus k times the level below's measured time per
-drafted token.
+drafts at per-token acceptance a is (1 - a^(k+1)) / (1 - a); the cost is the verifier's time for a batch
+of k+1 tokens plus k times the level below's time per drafted token. The batch time is a table of
+measured means per batch size, not a fitted line: our matmul kernels compute columns in chunks (the
+BF16 kernel 16, the MXFP4 kernel 8), so the cost is flat within a chunk and jumps past it. A size not
+measured yet is predicted as cheap as the nearest smaller measured one (else the nearest larger), so the
+policy tries it once.
 """
 
 from __future__ import annotations
 
-MAX_DRAFT = 12
+MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
 
 
 class ConstantLength:
@@ -28,34 +31,30 @@ class ConstantLength:
 
 
 class _BatchCost:
-    """Seconds to evaluate a batch of n tokens, fitted as a + b*n with exponential forgetting."""
+    """Seconds to evaluate a batch of n tokens: a mean per batch size, forgetting old measurements.
 
-    def __init__(self, decay: float = 0.97):
+    An unmeasured size is predicted optimistically (cost never falls as n grows): as the nearest smaller
+    measured size, or the nearest larger one when only larger sizes are known.
+    """
+
+    def __init__(self, decay: float = 0.9):
         self.decay = decay
-        self.s0 = self.s1 = self.s2 = self.t0 = self.t1 = 0.0
+        self.total: dict[int, float] = {}  # per batch size, decayed sums of seconds and of measurements
+        self.count: dict[int, float] = {}
 
     def add(self, n: int, seconds: float) -> None:
-        d = self.decay
-        self.s0 = self.s0 * d + 1.0
-        self.s1 = self.s1 * d + n
-        self.s2 = self.s2 * d + n * n
-        self.t0 = self.t0 * d + seconds
-        self.t1 = self.t1 * d + n * seconds
+        self.total[n] = self.total.get(n, 0.0) * self.decay + seconds
+        self.count[n] = self.count.get(n, 0.0) * self.decay + 1.0
 
     @property
     def known(self) -> bool:
-        return self.s0 > 0
+        return bool(self.count)
 
     def seconds(self, n: int) -> float:
-        mean_n, mean_t = self.s1 / self.s0, self.t0 / self.s0
-        spread = self.s2 / self.s0 - mean_n * mean_n
-        if spread > 0.25:
-            slope = (self.t1 / self.s0 - mean_n * mean_t) / spread
-        else:
-            slope = 0.1 * mean_t / max(mean_n, 1.0)  # one batch size seen so far: assume +10% per token
-        slope = max(slope, 0.0)
-        intercept = max(mean_t - slope * mean_n, 1e-6)
-        return intercept + slope * n
+        if n not in self.count:
+            smaller = [m for m in self.count if m < n]
+            n = max(smaller) if smaller else min(self.count)
+        return self.total[n] / self.count[n]
 
 
 class AdaptiveLength:
@@ -69,7 +68,7 @@ class AdaptiveLength:
         self.draft_seconds = [0.0] * n_levels  # decayed sums, per drafting level
         self.draft_tokens = [0.0] * n_levels
         self.accepted = [0.7 * 4] * n_levels  # decayed sums, per verifying level; prior a = 0.7
-        self.drafted = [4.0] * n_levels
+        self.judged = [4.0] * n_levels
         self.rounds = [0] * n_levels
 
     def length(self, level: int) -> int:
@@ -77,9 +76,13 @@ class AdaptiveLength:
             return self.start_length
         return self._best(level)[0]
 
+    def acceptance(self, level: int) -> float:
+        """The chance that ``level`` keeps a drafted token, given it kept the ones before."""
+        return min(self.accepted[level] / max(self.judged[level], 1e-9), 0.995)
+
     def _best(self, level: int) -> tuple[int, float]:
         """The draft length for ``level`` and the seconds per token it then achieves."""
-        acceptance = min(self.accepted[level] / max(self.drafted[level], 1e-9), 0.995)
+        acceptance = self.acceptance(level)
         per_draft = self._seconds_per_token(level + 1)
         cost = self.verify_cost[level]
         best_k, best_seconds = 1, float("inf")
@@ -107,8 +110,11 @@ class AdaptiveLength:
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int) -> None:
         self.verify_cost[level].add(batch, seconds)
         if drafted:
+            # Drafts after the first rejected one were never judged: counting them as rejections would
+            # make a = 0.9 look like 0.6 at k = 8 and keep k short.
+            judged = accepted + (accepted < drafted)
             self.accepted[level] = self.accepted[level] * self.decay + accepted
-            self.drafted[level] = self.drafted[level] * self.decay + drafted
+            self.judged[level] = self.judged[level] * self.decay + judged
         self.rounds[level] += 1
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
