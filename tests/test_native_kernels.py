@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "native" / "src"
 KERNEL_FILES = ("mxfp4-gemm.cpp", "bf16-gemm.cpp")
 
 MXFP4_PATHS = {"scalar": 1, "avx-vnni": 2, "avx512-vnni": 3}
-BF16_PATHS = {"scalar": 1, "avx2": 2, "avx512": 3, "avx512-bf16": 4}
+BF16_PATHS = {"scalar": 1, "avx2": 2, "avx512": 3, "avx512-bf16": 4, "amx": 5}
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -278,7 +278,7 @@ def test_bf16_pack_round_trips(lib):
 
 def test_bf16_widening_paths_agree_bit_for_bit(lib):
     """The scalar, AVX2 and AVX-512 paths run the same fma sequence."""
-    paths = [p for p in available(lib, "bf16_set_path", BF16_PATHS) if p != "avx512-bf16"]
+    paths = [p for p in available(lib, "bf16_set_path", BF16_PATHS) if p not in ("avx512-bf16", "amx")]
     rng = np.random.default_rng(8)
     bf = Bf16(lib, random_bf16(rng, 70, 384))
     act = bf.convert(rng.standard_normal((11, 384)).astype(np.float32))

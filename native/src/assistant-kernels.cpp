@@ -7,7 +7,8 @@
 //   unset or "auto"   our kernel, best instruction path for this CPU
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
 //   a path name       force an instruction path: MXFP4 "scalar", "avx-vnni", "avx512-vnni";
-//                     BF16 "scalar", "avx2", "avx512" (widen + FMA, the default), "avx512-bf16" (vdpbf16ps)
+//                     BF16 "scalar", "avx2", "avx512" (widen + FMA), "avx512-bf16" (vdpbf16ps), "amx"
+//                     (tile multiply; the default where Linux grants AMX, else "avx512")
 #include "assistant-kernels.h"
 
 #include "bf16-gemm.h"
@@ -37,7 +38,8 @@ struct Settings {
         mxfp4 = choose("ASSISTANT_MXFP4_KERNEL", {{"scalar", MXFP4_PATH_SCALAR}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
                                                   {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}}, mxfp4_set_path);
         bf16  = choose("ASSISTANT_BF16_KERNEL", {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2},
-                                                 {"avx512", BF16_PATH_AVX512}, {"avx512-bf16", BF16_PATH_AVX512_BF16}},
+                                                 {"avx512", BF16_PATH_AVX512}, {"avx512-bf16", BF16_PATH_AVX512_BF16},
+                                                 {"amx", BF16_PATH_AMX}},
                        bf16_set_path);
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock");

@@ -17,6 +17,11 @@
 #    include <immintrin.h>
 #    define BF16_X86 1
 #endif
+#if defined(BF16_X86) && defined(__linux__)
+#    include <sys/syscall.h>
+#    include <unistd.h>
+#    define BF16_AMX 1
+#endif
 
 namespace {
 
@@ -143,13 +148,114 @@ const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx5
 const TileFn kAvx2[4]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
 #endif  // BF16_X86
 
+// The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows (zeros) for the vector paths.
+void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> & wide) {
+    wide.assign((size_t) kTile * K, 0);
+    for (int64_t p = 0; p < K / 2; ++p) std::memcpy(wide.data() + p * 2 * kTile, tile + p * 2 * R, 4 * R);
+}
+#ifdef BF16_AMX
+// AMX: one TDPBF16PS multiplies a tile of up to 16 activation columns (rows of the A tile, 32 values each)
+// by 32 values of 16 weight rows. Our packed layout is already the B tile: 16 pairs of values, each with
+// the 16 rows' pairs side by side, 1 KB contiguous per 32 values of a 16-row tile. The result tile is
+// C[column][row], so a column's 16 results are one row of C, stored straight into dst.
+// Tiles: 0 and 1 accumulate two 16-row tiles, 2 holds the activations, 3 and 4 the two tiles' weights.
+struct TileConfig {
+    uint8_t  palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t  rows[16];
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) void amx_configure(int nc) {
+    TileConfig config = {};
+    config.palette    = 1;
+    for (int t = 0; t < 5; ++t) {
+        config.bytes_per_row[t] = 64;
+        config.rows[t]          = (uint8_t) (t <= 2 ? nc : 16);
+    }
+    _tile_loadconfig(&config);
+}
+
+// Every 32 values of the two weight streams (1 KB each) is one step; prefetch 4 steps ahead of each.
+template <bool TWO>
+__attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t * w0, const uint16_t * w1, int64_t K,
+                                                            const uint16_t * act, size_t act_stride) {
+    _tile_zero(0);
+    if (TWO) _tile_zero(1);
+    for (int64_t b = 0; b < K / 32; ++b) {
+        for (int line = 0; line < 1024; line += 64) {
+            _mm_prefetch((const char *) (w0 + b * 512) + kPrefetchBytes + line, _MM_HINT_T0);
+            if (TWO) _mm_prefetch((const char *) (w1 + b * 512) + kPrefetchBytes + line, _MM_HINT_T0);
+        }
+        _tile_loadd(2, act + b * 32, act_stride);
+        _tile_loadd(3, w0 + b * 512, 64);
+        _tile_dpbf16ps(0, 2, 3);
+        if (TWO) {
+            _tile_loadd(4, w1 + b * 512, 64);
+            _tile_dpbf16ps(1, 2, 4);
+        }
+    }
+}
+
+// Rows [row_begin, row_end) for N columns, 16 columns per pass over the weights.
+__attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * packed, int64_t M, int64_t K,
+                                                           const void * act, size_t act_stride, int64_t N, float * dst,
+                                                           int64_t dst_stride, int64_t row_begin, int64_t row_end) {
+    thread_local std::vector<uint16_t> wide;
+    alignas(64) float out[2][kTile][kTile];
+    for (int64_t j0 = 0; j0 < N; j0 += kTile) {
+        const int        nc = (int) std::min<int64_t>(kTile, N - j0);
+        const uint16_t * a  = column(act, act_stride, j0, K).h;
+        amx_configure(nc);
+        for (int64_t t0 = row_begin; t0 < row_end; t0 += 2 * kTile) {
+            const bool       two = t0 + kTile < row_end;
+            const uint16_t * w0  = packed + t0 * K;
+            const uint16_t * w1  = packed + (t0 + kTile) * K;
+            const int        R1  = two ? (int) std::min<int64_t>(kTile, M - t0 - kTile) : 0;
+            const int        R0  = (int) std::min<int64_t>(kTile, M - t0);
+            if (R0 < kTile) {
+                widen_tile(w0, R0, K, wide);
+                w0 = wide.data();
+            } else if (two && R1 < kTile) {
+                widen_tile(w1, R1, K, wide);
+                w1 = wide.data();
+            }
+            if (two) {
+                amx_rows<true>(w0, w1, K, a, act_stride);
+                _tile_stored(1, out[1], 64);
+            } else {
+                amx_rows<false>(w0, w0, K, a, act_stride);
+            }
+            _tile_stored(0, out[0], 64);
+            for (int j = 0; j < nc; ++j) {
+                float * d = dst + (j0 + j) * dst_stride + t0;
+                std::memcpy(d, out[0][j], R0 * sizeof(float));
+                if (two) std::memcpy(d + kTile, out[1][j], R1 * sizeof(float));
+            }
+        }
+    }
+    _tile_release();
+}
+
+// Linux hands out the AMX register state only to processes that ask for it.
+bool amx_permitted() {
+    constexpr long kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr long kTileData          = 18;      // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+}
+#endif  // BF16_AMX
+
 // The most capable path this CPU runs, and the one used by default.
 int best_path() {
 #ifdef BF16_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) {
-        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? BF16_PATH_AVX512_BF16
-                                                                                          : BF16_PATH_AVX512;
+        if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return BF16_PATH_AVX512;
+#    ifdef BF16_AMX
+        if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && amx_permitted()) {
+            return BF16_PATH_AMX;
+        }
+#    endif
+        return BF16_PATH_AVX512_BF16;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BF16_PATH_AVX2;
 #endif
@@ -162,17 +268,11 @@ int best() {
     return path;
 }
 
-int default_path() { return std::min(best(), (int) BF16_PATH_AVX512); }
+int default_path() { return best() == BF16_PATH_AMX ? BF16_PATH_AMX : std::min(best(), (int) BF16_PATH_AVX512); }
 
 int & current() {
     static int path = default_path();
     return path;
-}
-
-// The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows (zeros) for the vector paths.
-void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> & wide) {
-    wide.assign((size_t) kTile * K, 0);
-    for (int64_t p = 0; p < K / 2; ++p) std::memcpy(wide.data() + p * 2 * kTile, tile + p * 2 * R, 4 * R);
 }
 
 }  // namespace
@@ -187,6 +287,7 @@ int bf16_set_path(int path) {
 
 const char * bf16_path_name(void) {
     switch (current()) {
+        case BF16_PATH_AMX: return "amx";
         case BF16_PATH_AVX512_BF16: return "avx512-bf16";
         case BF16_PATH_AVX512: return "avx512";
         case BF16_PATH_AVX2: return "avx2";
@@ -230,6 +331,12 @@ void bf16_convert_act(const float * x, void * act, int64_t K) {
 void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     const int path = current();
+#ifdef BF16_AMX
+    if (path == BF16_PATH_AMX) {
+        gemm_amx((const uint16_t *) packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end);
+        return;
+    }
+#endif
     const int step = path >= BF16_PATH_AVX512 ? 8 : 4;
     thread_local std::vector<uint16_t> wide;
     Column cols[8];

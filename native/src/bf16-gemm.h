@@ -26,6 +26,7 @@ enum bf16_path {
     BF16_PATH_AVX2        = 2,
     BF16_PATH_AVX512      = 3,
     BF16_PATH_AVX512_BF16 = 4,
+    BF16_PATH_AMX         = 5,
 };
 int bf16_set_path(int path);
 const char * bf16_path_name(void);
