@@ -132,3 +132,15 @@ def test_constant_and_factory():
     assert ConstantLength(8).length(0) == 8
     assert isinstance(make_policy("adaptive", 3), AdaptiveLength)
     assert make_policy("5", 2).length(1) == 5
+
+
+@pytest.mark.parametrize("chunk,room", [(8, 7), (16, 15)])
+def test_verify_room_extends_to_the_end_of_the_chunk(chunk, room):
+    """A middle level may hand up drafts past k while the verifier's batch costs the same."""
+    policy = AdaptiveLength(2)
+    cost = step_cost(chunk)
+    for batch in range(1, 17):
+        policy.record_verify(0, batch, cost(batch), batch - 1, batch - 1)
+    assert policy.verify_room(0, 3) == room
+    assert policy.verify_room(0, 9) == 15  # batches 10..16 cost what 10 does under either kernel
+    assert ConstantLength(8).verify_room(0, 8) == 8

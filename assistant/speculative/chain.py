@@ -57,17 +57,22 @@ class Chain:
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
 
-    def _produce(self, index: int, count: int) -> int:
-        """Append ``count`` tokens distributed as level ``index``'s model (fewer only for the last level)."""
+    def _produce(self, index: int, count: int, limit: int) -> int:
+        """Append at least ``count`` and at most ``limit`` tokens distributed as level ``index``'s model.
+
+        A middle level's last round drafts its full length while it fits under ``limit`` rather than
+        shrinking to exactly what is left: a short batch costs about what a full one does, and the tokens
+        past ``count`` are ones the level above verifies at no extra cost. The last level makes exactly
+        ``count`` (fewer when its confidence falls).
+        """
         if index == len(self.levels) - 1:
             return self._draft_last(index, count)
         sequence = self.sequence
         start = len(sequence)
         while len(sequence) - start < count:
             produced = len(sequence) - start
-            self._round(index, count - produced, produced)
-        self._cut(start + count)
-        return count
+            self._round(index, limit - produced, produced)
+        return len(sequence) - start
 
     def _round(self, index: int, room: int, row: int) -> None:
         """Level ``index`` verifies one draft from the level below: appends 1 to ``room`` tokens.
@@ -81,7 +86,7 @@ class Chain:
         drafted = 0
         if wanted > 0:
             began = time.perf_counter()
-            drafted = self._produce(index + 1, wanted)
+            drafted = self._produce(index + 1, wanted, min(self.policy.verify_room(index, wanted), room - 1))
             self.policy.record_draft(index + 1, drafted, time.perf_counter() - began)
         began = time.perf_counter()
         rows = level.context.evaluate(sequence, base - 1)
@@ -99,12 +104,13 @@ class Chain:
         self._append(token, index)
 
     def _verify_greedy(self, rows: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
-        choices = rows[: drafted + 1, : self.n_shared].argmax(axis=1)
+        """The longest prefix of the draft equal to this level's argmax, then its own next token."""
         tokens = self.sequence.tokens
-        accepted = 0
-        while accepted < drafted and choices[accepted] == tokens[base + accepted]:
-            accepted += 1
-        return accepted, int(choices[accepted])
+        for j in range(drafted + 1):
+            choice = int(rows[j, : self.n_shared].argmax())
+            if j == drafted or choice != tokens[base + j]:
+                return j, choice
+        raise AssertionError("unreachable")
 
     def _verify_sampled(self, index: int, rows: np.ndarray, base: int, drafted: int, row: int) -> tuple[int, int]:
         level = self.levels[index]

@@ -13,6 +13,7 @@ policy tries it once.
 from __future__ import annotations
 
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
+ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
 
 
 class ConstantLength:
@@ -22,6 +23,10 @@ class ConstantLength:
 
     def length(self, level: int) -> int:
         return self.length_value
+
+    def verify_room(self, level: int, length: int) -> int:
+        """The paper's setting: exactly ``length`` drafts per verification."""
+        return length
 
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int) -> None:
         pass
@@ -95,6 +100,18 @@ class AdaptiveLength:
             if seconds < best_seconds:
                 best_k, best_seconds = k, seconds
         return best_k, best_seconds
+
+    def verify_room(self, level: int, length: int) -> int:
+        """How many drafts ``level`` can verify for (about) the price of ``length``: the level below may
+        hand up that many when its last round runs past ``length``."""
+        cost = self.verify_cost[level]
+        if not cost.known:
+            return length
+        budget = cost.seconds(length + 1) * (1 + ROOM_TOLERANCE)
+        room = length
+        while room < self.max_length and cost.seconds(room + 2) <= budget:
+            room += 1
+        return room
 
     def _seconds_per_token(self, level: int) -> float:
         """What one token from ``level`` costs when it drafts at its best length (measured for the last level).
