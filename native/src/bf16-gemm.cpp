@@ -196,29 +196,34 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t * w0, 
     }
 }
 
-// Rows [row_begin, row_end) for N columns, 16 columns per pass over the weights.
+// Rows [row_begin, row_end) for N columns. Each pair of row tiles is read from memory once: the column
+// chunks of 16 (a prompt has many) reuse it from cache.
 __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * packed, int64_t M, int64_t K,
                                                            const void * act, size_t act_stride, int64_t N, float * dst,
                                                            int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     thread_local std::vector<uint16_t> wide;
     alignas(64) float out[2][kTile][kTile];
-    for (int64_t j0 = 0; j0 < N; j0 += kTile) {
-        const int        nc = (int) std::min<int64_t>(kTile, N - j0);
-        const uint16_t * a  = column(act, act_stride, j0, K).h;
-        amx_configure(nc);
-        for (int64_t t0 = row_begin; t0 < row_end; t0 += 2 * kTile) {
-            const bool       two = t0 + kTile < row_end;
-            const uint16_t * w0  = packed + t0 * K;
-            const uint16_t * w1  = packed + (t0 + kTile) * K;
-            const int        R1  = two ? (int) std::min<int64_t>(kTile, M - t0 - kTile) : 0;
-            const int        R0  = (int) std::min<int64_t>(kTile, M - t0);
-            if (R0 < kTile) {
-                widen_tile(w0, R0, K, wide);
-                w0 = wide.data();
-            } else if (two && R1 < kTile) {
-                widen_tile(w1, R1, K, wide);
-                w1 = wide.data();
+    int configured = 0;
+    for (int64_t t0 = row_begin; t0 < row_end; t0 += 2 * kTile) {
+        const bool       two = t0 + kTile < row_end;
+        const uint16_t * w0  = packed + t0 * K;
+        const uint16_t * w1  = packed + (t0 + kTile) * K;
+        const int        R0  = (int) std::min<int64_t>(kTile, M - t0);
+        const int        R1  = two ? (int) std::min<int64_t>(kTile, M - t0 - kTile) : 0;
+        if (R0 < kTile) {
+            widen_tile(w0, R0, K, wide);
+            w0 = wide.data();
+        } else if (two && R1 < kTile) {
+            widen_tile(w1, R1, K, wide);
+            w1 = wide.data();
+        }
+        for (int64_t j0 = 0; j0 < N; j0 += kTile) {
+            const int nc = (int) std::min<int64_t>(kTile, N - j0);
+            if (nc != configured) {
+                amx_configure(nc);
+                configured = nc;
             }
+            const uint16_t * a = column(act, act_stride, j0, K).h;
             if (two) {
                 amx_rows<true>(w0, w1, K, a, act_stride);
                 _tile_stored(1, out[1], 64);
@@ -233,7 +238,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * pack
             }
         }
     }
-    _tile_release();
+    if (configured) _tile_release();
 }
 
 // Linux hands out the AMX register state only to processes that ask for it.
@@ -243,6 +248,23 @@ bool amx_permitted() {
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
 }
 #endif  // BF16_AMX
+
+#ifdef BF16_X86
+// round_to_bf16 and widen, 16 values at a time (K is a multiple of 32).
+__attribute__((target("avx512f"))) void convert_avx512(const float * x, float * f, uint16_t * h, int64_t K) {
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
+    for (int64_t k = 0; k < K; k += 16) {
+        const __m512i   bits    = _mm512_loadu_si512(x + k);
+        const __m512i   lsb     = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+        __m512i         rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, bias), lsb), 16);
+        const __mmask16 nan     = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, magnitude), infinity);
+        rounded = _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(bits, 16), quiet);
+        _mm256_storeu_si256((__m256i *) (h + k), _mm512_cvtepi32_epi16(rounded));
+        _mm512_storeu_si512(f + k, _mm512_slli_epi32(rounded, 16));
+    }
+}
+#endif
 
 // The most capable path this CPU runs, and the one used by default.
 int best_path() {
@@ -322,6 +344,12 @@ size_t bf16_act_bytes(int64_t K) { return ((size_t) K * 6 + 63) & ~(size_t) 63; 
 void bf16_convert_act(const float * x, void * act, int64_t K) {
     float *    f = (float *) act;
     uint16_t * h = (uint16_t *) (f + K);
+#ifdef BF16_X86
+    if (best() >= BF16_PATH_AVX512) {
+        convert_avx512(x, f, h, K);
+        return;
+    }
+#endif
     for (int64_t k = 0; k < K; ++k) {
         h[k] = round_to_bf16(x[k]);
         f[k] = widen(h[k]);
