@@ -108,3 +108,31 @@ def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf):
         stepwise = logits_after([1] * 12)
         for chunks in ([8, 4], [3, 9], [12], [2, 1, 5, 1, 3]):
             assert (logits_after(chunks) == stepwise).all(), chunks
+
+
+def test_adopted_cache_gives_the_logits_of_evaluating_the_prompt(target, bench_gguf):
+    """A context with the same attention geometry can take another's cache instead of evaluating it."""
+    prompt = target.tokenize("def mean(values):\n    return sum(values) / len(values)\n", add_special=False)
+    tail = target.tokenize("\n\ndef median(values):\n", add_special=False)
+    sequence = TokenSequence(prompt + tail)
+    with Context(target, n_ctx=256, threads=1) as source, Context(target, n_ctx=256, threads=1) as adopter, \
+            Context(target, n_ctx=256, threads=1) as fresh:
+        source.evaluate(TokenSequence(prompt), len(prompt) - 1)
+        assert adopter.adopt_cache(source)
+        assert adopter.tokens == prompt
+        calls_before = adopter.decode_calls
+        adopted = np.array(adopter.evaluate(sequence, len(prompt)))
+        assert adopter.decode_calls == calls_before + 1  # only the tail was evaluated
+        assert np.array_equal(adopted, fresh.evaluate(sequence, len(prompt)))
+
+
+def test_a_cache_of_another_geometry_is_refused(target, bench_gguf):
+    with Model(bench_gguf["draft_bf16"]) as draft:
+        assert draft.attention_geometry() != target.attention_geometry()
+        prompt = target.tokenize("import os\n", add_special=False)
+        with Context(target, n_ctx=256, threads=1) as source, Context(draft, n_ctx=256, threads=1) as other:
+            source.evaluate(TokenSequence(prompt), len(prompt) - 1)
+            assert not other.adopt_cache(source)
+            assert other.tokens == []
+    with Model(bench_gguf["target_mxfp4"]) as copy:
+        assert copy.attention_geometry() == target.attention_geometry()

@@ -96,6 +96,24 @@ class Context(NativeHandle):
         self.tokens.extend(tokens[keep:end])
         return self._logits(end - outputs_from)[first_output - outputs_from :]
 
+    def adopt_cache(self, source: "Context") -> bool:
+        """Take a copy of ``source``'s whole cache instead of evaluating its tokens; False if refused.
+
+        For a model with the same attention geometry as ``source``'s (the MXFP4 copy of the target): its
+        keys and values then come from the other model, which is fine for a drafter and saves evaluating a
+        long prompt twice. llama.cpp checks the layout and refuses a cache that does not fit.
+        """
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(source.handle, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = lib.llama_state_seq_get_data(source.handle, buffer, size, 0)
+        self.reset()
+        if not written or lib.llama_state_seq_set_data(self.handle, buffer, written, 0) != written:
+            self.reset()
+            return False
+        self.tokens = list(source.tokens)
+        return True
+
     def reset(self) -> None:
         """Forget everything in the cache."""
         self._lib.llama_memory_clear(self._memory, True)

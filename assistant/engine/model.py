@@ -43,6 +43,13 @@ class Model(NativeHandle):
             llama().llama_model_meta_val_str(self.handle, key.encode(), buffer, len(buffer))
         return buffer.value.decode("utf-8", errors="replace")
 
+    def attention_geometry(self) -> tuple:
+        """What shapes the KV cache: two models with equal geometry can share a cache's contents."""
+        arch = self.metadata("general.architecture")
+        keys = ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
+                "attention.key_length", "attention.value_length", "rope.freq_base", "rope.dimension_count")
+        return (arch, *(self.metadata(f"{arch}.{key}") for key in keys))
+
     @property
     def chat_template(self) -> str | None:
         template = self._lib.llama_model_chat_template(self.handle, None)

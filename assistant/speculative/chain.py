@@ -44,10 +44,15 @@ class Chain:
             self.policy = ConstantLength(SEEDED_DRAFT_LENGTH)
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         rows = self.policy.max_length + 2
-        for level in self.levels:
+        # Prompt processing first, so the draft-length policy times steady decoding. A level with the
+        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead: a
+        # drafter may use the target's keys and values, and the prompt is not evaluated twice.
+        target = self.levels[0].context
+        for index, level in enumerate(self.levels):
             level.prepare(self.n_shared, rows, not self.greedy)
-            if level.is_model:  # prompt processing first, so the draft-length policy times steady decoding
-                level.context.evaluate(sequence, len(sequence) - 1)
+            if not level.is_model or (index and level.shares_target_cache and level.context.adopt_cache(target)):
+                continue
+            level.context.evaluate(sequence, len(sequence) - 1)
 
     # --- verification rounds ----------------------------------------------------------------------
     def step(self, limit: int) -> list[tuple[int, int]]:

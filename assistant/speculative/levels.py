@@ -12,10 +12,11 @@ class ModelLevel:
 
     is_model = True
 
-    def __init__(self, role: str, model, context):
+    def __init__(self, role: str, model, context, shares_target_cache: bool = False):
         self.role = role
         self.model = model
         self.context = context
+        self.shares_target_cache = shares_target_cache  # same attention geometry: may copy the target's cache
         self.stats = LevelStats(role)
         self.rounds = 0
         self.probabilities: np.ndarray | None = None

@@ -58,7 +58,8 @@ class Pipeline:
             for index, ((role, _), model) in enumerate(zip(entries, models)):
                 options = target_context_options() if index == 0 else {"flash_attention": False}
                 context = Context(model, n_ctx=n_ctx, threads=threads, **options)
-                chain.append(ModelLevel(role, model, context))
+                shares = index > 0 and model.attention_geometry() == models[0].attention_geometry()
+                chain.append(ModelLevel(role, model, context, shares_target_cache=shares))
         except BaseException:
             for level in chain:
                 level.context.close()
