@@ -21,9 +21,8 @@ class Worker:
         self.pipelines: dict[str, object] = {}
 
     def load(self, pipelines: dict, n_ctx: int, threads: int) -> dict:
-        from assistant.engine import Context, Model
-        from assistant.speculative.levels import ModelLevel
-        from assistant.speculative.pipeline import DEFAULT_CONFIDENCE, Pipeline
+        from assistant.engine import Model
+        from assistant.speculative.pipeline import DEFAULT_CONFIDENCE, Pipeline, model_levels
         from assistant.speculative.vocab import shared_vocab_size
 
         began = time.perf_counter()
@@ -33,8 +32,7 @@ class Worker:
                 if path not in self.models:
                     self.models[path] = Model(path)
                 models.append(self.models[path])
-            levels = [ModelLevel(role, model, Context(model, n_ctx=n_ctx, threads=threads))
-                      for role, model in zip(spec["roles"], models)]
+            levels = model_levels(list(zip(spec["roles"], models)), n_ctx, threads)
             confidence = DEFAULT_CONFIDENCE if spec.get("confidence") is None else spec["confidence"]
             self.pipelines[key] = Pipeline(levels, n_ctx, spec["draft_length"], confidence, shared_vocab_size(models))
         return {"seconds": time.perf_counter() - began}

@@ -37,7 +37,7 @@ class Pipeline:
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
         ``ngram`` adds the prompt-lookup drafter below the last model.
         """
-        from assistant.engine import Context, Model, default_threads
+        from assistant.engine import Model, default_threads
         from assistant.speculative.vocab import shared_vocab_size
 
         entries = _entries(source)
@@ -50,19 +50,13 @@ class Pipeline:
             if not Path(path).exists():
                 raise AssistantError(f"{path}: no such GGUF file")
         threads = threads or default_threads()
-        models, chain = [], []
+        models = []
         try:
             for _, path in entries:
                 models.append(Model(path))
             n_shared = shared_vocab_size(models)
-            for index, ((role, _), model) in enumerate(zip(entries, models)):
-                options = target_context_options() if index == 0 else {"flash_attention": False}
-                context = Context(model, n_ctx=n_ctx, threads=threads, **options)
-                shares = index > 0 and model.attention_geometry() == models[0].attention_geometry()
-                chain.append(ModelLevel(role, model, context, shares_target_cache=shares))
+            chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads)
         except BaseException:
-            for level in chain:
-                level.context.close()
             for model in models:
                 model.close()
             raise
@@ -192,6 +186,25 @@ class Pipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def model_levels(roles_and_models: list, n_ctx: int, threads: int) -> list[ModelLevel]:
+    """One context per model, target first, each with the options its place in the chain needs."""
+    from assistant.engine import Context
+
+    geometry = roles_and_models[0][1].attention_geometry()
+    levels = []
+    try:
+        for index, (role, model) in enumerate(roles_and_models):
+            options = target_context_options() if index == 0 else {"flash_attention": False}
+            context = Context(model, n_ctx=n_ctx, threads=threads, **options)
+            shares = index > 0 and model.attention_geometry() == geometry
+            levels.append(ModelLevel(role, model, context, shares_target_cache=shares))
+    except BaseException:
+        for level in levels:
+            level.context.close()
+        raise
+    return levels
 
 
 def target_context_options() -> dict:
