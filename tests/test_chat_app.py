@@ -106,7 +106,8 @@ async def test_window_is_interactive_while_models_load(demo_set):
 
 
 async def test_esc_stops_and_keeps_what_was_shown(demo_set):
-    app = make_app(max_tokens=900)
+    # A long budget, so the answer is still streaming when Esc arrives (the demo set writes ~700 tokens/s).
+    app = make_app(max_tokens=3500, n_ctx=4096)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press(*"def fibonacci(n):", "ctrl+j", *"    if n < 2:", "enter")
@@ -119,7 +120,7 @@ async def test_esc_stops_and_keeps_what_was_shown(demo_set):
         _, messages = saved_messages()
         assert messages[1].content == answer.text and not messages[1].complete
         assert messages[1].stats["stop_reason"] == "cancelled"
-        assert messages[1].stats["new_tokens"] < 900
+        assert messages[1].stats["new_tokens"] < 3500
 
 
 async def test_regenerate_replaces_the_last_answer(demo_set):
