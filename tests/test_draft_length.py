@@ -144,3 +144,44 @@ def test_verify_room_extends_to_the_end_of_the_chunk(chunk, room):
     assert policy.verify_room(0, 3) == room
     assert policy.verify_room(0, 9) == 15  # batches 10..16 cost what 10 does under either kernel
     assert ConstantLength(8).verify_room(0, 8) == 8
+
+
+def run_skippable(policy, middle_cost, acceptance_middle, acceptance_small, rounds=400, seed=0):
+    """Target (a step cost flat to 16) over a middle level (``middle_cost``) over a small draft (1 ms/token):
+    which level drafted for the target, round by round. A draft token's fate at the target is decided by
+    the small draft's own acceptance when the middle level is skipped."""
+    rng = random.Random(seed)
+    target_cost = step_cost(16, seconds=0.05)
+    chosen = []
+    for _ in range(rounds):
+        drafter, k = policy.plan(0)
+        if drafter == 1:
+            made, seconds = 0, 0.0
+            while made < k:  # the middle level's rounds over the small draft
+                _, k2 = policy.plan(1)
+                policy.record_draft(2, k2, k2 * 0.001)
+                accepted = judge(rng, k2, acceptance_small)
+                policy.record_verify(1, k2 + 1, middle_cost(k2 + 1), k2, accepted, 2)
+                made += accepted + 1
+                seconds += k2 * 0.001 + middle_cost(k2 + 1)
+            policy.record_draft(1, made, seconds)
+            policy.record_verify(0, made + 1, target_cost(made + 1), made, judge(rng, made, acceptance_middle), 1)
+        else:
+            policy.record_draft(2, k, k * 0.001)
+            policy.record_verify(0, k + 1, target_cost(k + 1), k, judge(rng, k, acceptance_small), 2)
+        chosen.append(drafter)
+    return chosen
+
+
+def test_an_expensive_middle_level_is_skipped_when_the_small_draft_agrees():
+    chosen = run_skippable(AdaptiveLength(3), step_cost(8, seconds=0.04), 0.95, 0.9)
+    assert chosen[-100:].count(2) >= 90
+
+
+def test_a_cheap_middle_level_is_kept_when_the_small_draft_is_poor():
+    chosen = run_skippable(AdaptiveLength(3), step_cost(8, seconds=0.005), 0.95, 0.4)
+    assert chosen[-100:].count(1) >= 90
+
+
+def test_constant_length_never_skips():
+    assert ConstantLength(8).plan(0) == (1, 8)

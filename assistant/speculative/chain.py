@@ -85,23 +85,26 @@ class Chain:
         ``row`` is where this level's distributions for the new tokens go (sampling, levels below the target).
         """
         sequence = self.sequence
-        level, below = self.levels[index], self.levels[index + 1] if index + 1 < len(self.levels) else None
+        level, below = self.levels[index], None
         base = len(sequence)
-        wanted = min(self.policy.length(index), room - 1) if below is not None else 0
         drafted = 0
-        if wanted > 0:
-            began = time.perf_counter()
-            drafted = self._produce(index + 1, wanted, min(self.policy.verify_room(index, wanted), room - 1))
-            self.policy.record_draft(index + 1, drafted, time.perf_counter() - began)
+        if index + 1 < len(self.levels):
+            drafter, length = self.policy.plan(index)
+            below = self.levels[drafter]
+            wanted = min(length, room - 1)
+            if wanted > 0:
+                began = time.perf_counter()
+                drafted = self._produce(drafter, wanted, min(self.policy.verify_room(index, wanted), room - 1))
+                self.policy.record_draft(drafter, drafted, time.perf_counter() - began)
         began = time.perf_counter()
         rows = level.context.evaluate(sequence, base - 1)
         evaluated = time.perf_counter() - began
         if self.greedy:
             accepted, token = self._verify_greedy(rows, base, drafted)
         else:
-            accepted, token = self._verify_sampled(index, rows, base, drafted, row)
+            accepted, token = self._verify_sampled(index, below, rows, base, drafted, row)
         if below is not None:
-            self.policy.record_verify(index, level.context.last_batch, evaluated, drafted, accepted)
+            self.policy.record_verify(index, level.context.last_batch, evaluated, drafted, accepted, drafter)
             below.stats.proposed += drafted
             below.stats.accepted += accepted
             below.rounds += 1 if drafted else 0
@@ -117,9 +120,10 @@ class Chain:
                 return j, choice
         raise AssertionError("unreachable")
 
-    def _verify_sampled(self, index: int, rows: np.ndarray, base: int, drafted: int, row: int) -> tuple[int, int]:
+    def _verify_sampled(self, index: int, below, rows: np.ndarray, base: int, drafted: int,
+                        row: int) -> tuple[int, int]:
+        """Speculative sampling of ``below``'s draft against this level's distribution."""
         level = self.levels[index]
-        below = self.levels[index + 1] if drafted else None
         sampler = self.sampler
         keeps_rows = index > 0
         tokens = self.sequence.tokens

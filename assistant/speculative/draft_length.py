@@ -7,19 +7,25 @@ of k+1 tokens plus k times the level below's time per drafted token. The batch t
 measured means per batch size, not a fitted line: our matmul kernels compute columns in chunks (the
 BF16 kernel 16, the MXFP4 kernel 8), so the cost is flat within a chunk and jumps past it. A size not
 measured yet is predicted as cheap as the nearest smaller measured one (else the nearest larger), so the
-policy tries it once.
+policy tries it once. The same model decides, per verification, whether a middle level pays for itself
+or the level above should verify the level below it directly (``plan``).
 """
 
 from __future__ import annotations
 
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
 ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
+EXPLORE_EVERY = 32  # every so many plans a level tries the way (skip the middle level or not) it did not prefer
 
 
 class ConstantLength:
     def __init__(self, length: int):
         self.length_value = max(0, int(length))
         self.max_length = max(self.length_value, 1)
+
+    def plan(self, level: int) -> tuple[int, int]:
+        """(the level that drafts for ``level``, how many tokens): always the next level, k tokens."""
+        return level + 1, self.length_value
 
     def length(self, level: int) -> int:
         return self.length_value
@@ -28,7 +34,8 @@ class ConstantLength:
         """The paper's setting: exactly ``length`` drafts per verification."""
         return length
 
-    def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int) -> None:
+    def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int,
+                      drafter: int | None = None) -> None:
         pass
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
@@ -74,21 +81,49 @@ class AdaptiveLength:
         self.draft_tokens = [0.0] * n_levels
         self.accepted = [0.7 * 4] * n_levels  # decayed sums, per verifying level; prior a = 0.7
         self.judged = [4.0] * n_levels
+        self.skip_accepted = [0.0] * n_levels  # decayed sums for level i judging level i+2's drafts directly
+        self.skip_judged = [0.0] * n_levels
         self.rounds = [0] * n_levels
+        self.plans = [0] * n_levels
+
+    def plan(self, level: int) -> tuple[int, int]:
+        """(the level that drafts for ``level``, how many tokens).
+
+        Normally the next level. A middle level that does not pay for itself (its drafts are good but its
+        verification costs more than it saves, as when the small draft already agrees with the target) is
+        skipped: ``level`` then verifies the level below it directly, whenever the cost model predicts
+        fewer seconds per token that way.
+        """
+        if self.rounds[level] < 3 or self.draft_tokens[level + 1] == 0:
+            return level + 1, self.start_length
+        length, seconds = self._best(level, level + 1)
+        skip = level + 2
+        if skip < len(self.verify_cost) and self.draft_tokens[skip] > 0:
+            skip_length, skip_seconds = self._best(level, skip)
+            self.plans[level] += 1
+            # Now and then the other way, so that its measurements (used only when taken) stay current.
+            if (skip_seconds < seconds) != (self.plans[level] % EXPLORE_EVERY == 0):
+                return skip, skip_length
+        return level + 1, length
 
     def length(self, level: int) -> int:
-        if self.rounds[level] < 3 or self.draft_tokens[level + 1] == 0:
-            return self.start_length
-        return self._best(level)[0]
+        return self.plan(level)[1]
 
-    def acceptance(self, level: int) -> float:
-        """The chance that ``level`` keeps a drafted token, given it kept the ones before."""
-        return min(self.accepted[level] / max(self.judged[level], 1e-9), 0.995)
+    def acceptance(self, level: int, drafter: int | None = None) -> float:
+        """The chance that ``level`` keeps a token drafted by ``drafter`` (default the next level), given it
+        kept the ones before. Before ``level`` has judged the level after next directly, that chance is
+        estimated as the smaller of the two steps' acceptances."""
+        if drafter is None or drafter == level + 1:
+            return min(self.accepted[level] / max(self.judged[level], 1e-9), 0.995)
+        if self.skip_judged[level] < 1.0:  # optimistic, so that skipping gets tried and measured
+            return min(self.acceptance(level), self.acceptance(level + 1))
+        return min(self.skip_accepted[level] / self.skip_judged[level], 0.995)
 
-    def _best(self, level: int) -> tuple[int, float]:
+    def _best(self, level: int, drafter: int | None = None) -> tuple[int, float]:
         """The draft length for ``level`` and the seconds per token it then achieves."""
-        acceptance = self.acceptance(level)
-        per_draft = self._seconds_per_token(level + 1)
+        drafter = level + 1 if drafter is None else drafter
+        acceptance = self.acceptance(level, drafter)
+        per_draft = self._seconds_per_token(drafter)
         cost = self.verify_cost[level]
         best_k, best_seconds = 1, float("inf")
         gain = 1.0  # expected tokens for k drafts, built up incrementally
@@ -124,14 +159,19 @@ class AdaptiveLength:
             return measured
         return min(measured, self._best(level)[1])
 
-    def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int) -> None:
+    def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int,
+                      drafter: int | None = None) -> None:
         self.verify_cost[level].add(batch, seconds)
         if drafted:
             # Drafts after the first rejected one were never judged: counting them as rejections would
             # make a = 0.9 look like 0.6 at k = 8 and keep k short.
             judged = accepted + (accepted < drafted)
-            self.accepted[level] = self.accepted[level] * self.decay + accepted
-            self.judged[level] = self.judged[level] * self.decay + judged
+            if drafter is None or drafter == level + 1:
+                self.accepted[level] = self.accepted[level] * self.decay + accepted
+                self.judged[level] = self.judged[level] * self.decay + judged
+            else:
+                self.skip_accepted[level] = self.skip_accepted[level] * self.decay + accepted
+                self.skip_judged[level] = self.skip_judged[level] * self.decay + judged
         self.rounds[level] += 1
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
