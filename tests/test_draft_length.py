@@ -185,3 +185,15 @@ def test_a_cheap_middle_level_is_kept_when_the_small_draft_is_poor():
 
 def test_constant_length_never_skips():
     assert ConstantLength(8).plan(0) == (1, 8)
+
+
+def test_stop_threshold_follows_the_price_of_a_draft_token():
+    """A draft token that is cheap beside the verification it may save is drafted at lower confidence."""
+    policy = AdaptiveLength(3)
+    policy.record_verify(0, 1, 0.050, 0, 0)  # the target: 50 ms a batch
+    policy.record_verify(1, 1, 0.004, 0, 0)  # a middle level hardly dearer than the draft
+    policy.record_draft(2, 10, 0.010)  # 1 ms a draft token
+    assert policy.stop_threshold(0, 2, 0.3) == pytest.approx(0.05)
+    assert policy.stop_threshold(1, 2, 0.3) == 0.3
+    assert policy.stop_threshold(0, 2, 0.0) == 0.0
+    assert ConstantLength(8).stop_threshold(0, 1, 0.3) == 0.3

@@ -62,16 +62,16 @@ class Chain:
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
 
-    def _produce(self, index: int, count: int, limit: int) -> int:
+    def _produce(self, index: int, count: int, limit: int, confidence: float = 0.0) -> int:
         """Append at least ``count`` and at most ``limit`` tokens distributed as level ``index``'s model.
 
         A middle level's last round drafts its full length while it fits under ``limit`` rather than
         shrinking to exactly what is left: a short batch costs about what a full one does, and the tokens
         past ``count`` are ones the level above verifies at no extra cost. The last level makes exactly
-        ``count`` (fewer when its confidence falls).
+        ``count`` (fewer when its top probability falls below ``confidence``).
         """
         if index == len(self.levels) - 1:
-            return self._draft_last(index, count)
+            return self._draft_last(index, count, confidence)
         sequence = self.sequence
         start = len(sequence)
         while len(sequence) - start < count:
@@ -94,7 +94,9 @@ class Chain:
             wanted = min(length, room - 1)
             if wanted > 0:
                 began = time.perf_counter()
-                drafted = self._produce(drafter, wanted, min(self.policy.verify_room(index, wanted), room - 1))
+                confidence = self.policy.stop_threshold(index, drafter, self.confidence)
+                drafted = self._produce(drafter, wanted, min(self.policy.verify_room(index, wanted), room - 1),
+                                        confidence)
                 self.policy.record_draft(drafter, drafted, time.perf_counter() - began)
         began = time.perf_counter()
         rows = level.context.evaluate(sequence, base - 1)
@@ -138,7 +140,7 @@ class Chain:
         return drafted, sampler.draw(p)
 
     # --- the last level ---------------------------------------------------------------------------
-    def _draft_last(self, index: int, count: int) -> int:
+    def _draft_last(self, index: int, count: int, confidence: float) -> int:
         level = self.levels[index]
         sequence = self.sequence
         if not level.is_model:
@@ -146,7 +148,6 @@ class Chain:
             for token in proposal:
                 self._append(token, index)
             return len(proposal)
-        confidence = self.confidence
         context = level.context
         for produced in range(count):
             logits = context.evaluate(sequence, len(sequence) - 1)[0, : self.n_shared]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
 ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
+STOP_SCALE = 2.5  # stop_threshold: confidence needed per unit of (draft token's cost / verification's cost)
 EXPLORE_EVERY = 32  # every so many plans a level tries the way (skip the middle level or not) it did not prefer
 
 
@@ -33,6 +34,9 @@ class ConstantLength:
     def verify_room(self, level: int, length: int) -> int:
         """The paper's setting: exactly ``length`` drafts per verification."""
         return length
+
+    def stop_threshold(self, level: int, drafter: int, confidence: float) -> float:
+        return confidence
 
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int,
                       drafter: int | None = None) -> None:
@@ -147,6 +151,16 @@ class AdaptiveLength:
         while room < self.max_length and cost.seconds(room + 2) <= budget:
             room += 1
         return room
+
+    def stop_threshold(self, level: int, drafter: int, confidence: float) -> float:
+        """The top probability below which the last level stops drafting for ``level``: ``confidence`` at
+        most, lower when a draft token is cheap beside the verification it may save (a small draft under
+        a memory-bound target should keep going; under a verifier hardly dearer than itself, stop early)."""
+        per_draft = self.draft_seconds[drafter] / max(self.draft_tokens[drafter], 1e-9)
+        cost = self.verify_cost[level]
+        if not confidence or not cost.known or per_draft <= 0:
+            return confidence
+        return min(confidence, STOP_SCALE * per_draft / cost.seconds(1))
 
     def _seconds_per_token(self, level: int) -> float:
         """What one token from ``level`` costs when it drafts at its best length (measured for the last level).
