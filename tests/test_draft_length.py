@@ -174,7 +174,7 @@ def run_skippable(policy, middle_cost, acceptance_middle, acceptance_small, roun
 
 
 def test_an_expensive_middle_level_is_skipped_when_the_small_draft_agrees():
-    chosen = run_skippable(AdaptiveLength(3), step_cost(8, seconds=0.04), 0.95, 0.9)
+    chosen = run_skippable(AdaptiveLength(3), step_cost(8, seconds=0.08), 0.95, 0.9)
     assert chosen[-100:].count(2) >= 90
 
 
