@@ -16,9 +16,8 @@ from __future__ import annotations
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
 ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
 STOP_SCALE = 2.5  # stop_threshold: confidence needed per unit of (draft token's cost / verification's cost)
-EXPLORE_EVERY = 32
+EXPLORE_EVERY = 32  # every so many plans a level tries the way (skip the middle level or not) it did not prefer
 SKIP_MARGIN = 0.6  # skip a middle level only when that is predicted clearly (40%) faster
-SKIP_DECAY = 0.8  # every so many plans a level tries the way (skip the middle level or not) it did not prefer
 
 
 class ConstantLength:
@@ -185,9 +184,9 @@ class AdaptiveLength:
             if drafter is None or drafter == level + 1:
                 self.accepted[level] = self.accepted[level] * self.decay + accepted
                 self.judged[level] = self.judged[level] * self.decay + judged
-            else:  # forgets faster: a skip that stops paying must be noticed within a few rounds
-                self.skip_accepted[level] = self.skip_accepted[level] * SKIP_DECAY + accepted
-                self.skip_judged[level] = self.skip_judged[level] * SKIP_DECAY + judged
+            else:
+                self.skip_accepted[level] = self.skip_accepted[level] * self.decay + accepted
+                self.skip_judged[level] = self.skip_judged[level] * self.decay + judged
         self.rounds[level] += 1
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
