@@ -69,6 +69,36 @@ def available(lib, setter: str, paths: dict[str, int]) -> list[str]:
     return found
 
 
+class PackedWeights:
+    """A weight matrix packed for one of our kernels: prepare activation columns, run the gemm over row splits."""
+
+    kind = ""  # the C API's prefix: mxfp4_* or bf16_*
+    prepare_column = ""  # the C function that prepares one activation column
+
+    def __init__(self, lib, source: np.ndarray, M: int, K: int):
+        self.lib, self.M, self.K = lib, M, K
+        self.packed = np.empty_like(source)
+        getattr(lib, f"{self.kind}_pack")(ptr(source), ptr(self.packed), M, K)
+        self.stride = getattr(lib, f"{self.kind}_act_bytes")(K)
+
+    def prepare(self, x: np.ndarray) -> np.ndarray:
+        """x: (N, K) float32 -> (N, stride) bytes of prepared columns."""
+        act = np.zeros((x.shape[0], self.stride), dtype=np.uint8)
+        prepare = getattr(self.lib, self.prepare_column)
+        for j in range(x.shape[0]):
+            prepare(ptr(np.ascontiguousarray(x[j], dtype=np.float32)), ptr(act[j]), self.K)
+        return act
+
+    def gemm(self, act: np.ndarray, splits=None) -> np.ndarray:
+        N = act.shape[0]
+        out = np.full((N, self.M), np.nan, dtype=np.float32)
+        bounds = splits or [0, self.M]
+        gemm = getattr(self.lib, f"{self.kind}_gemm")
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            gemm(ptr(self.packed), self.M, self.K, ptr(act), self.stride, N, ptr(out), self.M, lo, hi)
+        return out
+
+
 # ---------------------------------------------------------------- MXFP4
 
 def random_mxfp4(rng, M: int, K: int) -> np.ndarray:
@@ -78,28 +108,12 @@ def random_mxfp4(rng, M: int, K: int) -> np.ndarray:
     return blocks
 
 
-class Mxfp4:
+class Mxfp4(PackedWeights):
+    kind, prepare_column = "mxfp4", "mxfp4_quantize_act"
+
     def __init__(self, lib, blocks: np.ndarray, K: int):
-        self.lib, self.M, self.K = lib, blocks.shape[0], K
         self.blocks = np.ascontiguousarray(blocks)
-        self.packed = np.empty_like(self.blocks)
-        lib.mxfp4_pack(ptr(self.blocks), ptr(self.packed), self.M, K)
-        self.stride = lib.mxfp4_act_bytes(K)
-
-    def quantize(self, x: np.ndarray) -> np.ndarray:
-        """x: (N, K) float32 -> (N, stride) bytes of quantized columns."""
-        act = np.zeros((x.shape[0], self.stride), dtype=np.uint8)
-        for j in range(x.shape[0]):
-            self.lib.mxfp4_quantize_act(ptr(np.ascontiguousarray(x[j], dtype=np.float32)), ptr(act[j]), self.K)
-        return act
-
-    def gemm(self, act: np.ndarray, splits=None) -> np.ndarray:
-        N = act.shape[0]
-        out = np.full((N, self.M), np.nan, dtype=np.float32)
-        bounds = splits or [0, self.M]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            self.lib.mxfp4_gemm(ptr(self.packed), self.M, self.K, ptr(act), self.stride, N, ptr(out), self.M, lo, hi)
-        return out
+        super().__init__(lib, self.blocks, blocks.shape[0], K)
 
     def dequantized_activations(self, act: np.ndarray) -> np.ndarray:
         K = self.K
@@ -116,7 +130,7 @@ class Mxfp4:
 def test_mxfp4_matches_float64_reference(lib, M, K, N):
     rng = np.random.default_rng(M * 1000 + N)
     mx = Mxfp4(lib, random_mxfp4(rng, M, K), K)
-    act = mx.quantize(rng.standard_normal((N, K)).astype(np.float32))
+    act = mx.prepare(rng.standard_normal((N, K)).astype(np.float32))
     ref = mx.reference(act)
     for path in available(lib, "mxfp4_set_path", MXFP4_PATHS):
         lib.mxfp4_set_path(MXFP4_PATHS[path])
@@ -137,7 +151,7 @@ def test_mxfp4_quantized_activations_follow_the_recipe(lib):
     mx = Mxfp4(lib, random_mxfp4(rng, 16, K), K)
     for path in available(lib, "mxfp4_set_path", MXFP4_PATHS):
         lib.mxfp4_set_path(MXFP4_PATHS[path])
-        act = mx.quantize(x[None])[0]
+        act = mx.prepare(x[None])[0]
         q = act[:K].view(np.int8).astype(np.int64).reshape(-1, 32)
         d = act[K:K + K // 8].copy().view(np.float32)
         bias = act[K + K // 8:K + K // 4].copy().view(np.int32)
@@ -168,7 +182,7 @@ def test_mxfp4_paths_agree_bit_for_bit(lib):
     results = {}
     for path in paths:
         lib.mxfp4_set_path(MXFP4_PATHS[path])
-        act = mx.quantize(x)
+        act = mx.prepare(x)
         results[path] = (act, mx.gemm(act))
     lib.mxfp4_set_path(0)
     first = results[paths[0]]
@@ -182,7 +196,7 @@ def test_mxfp4_is_batch_invariant(lib):
     rng = np.random.default_rng(4)
     M, K = 100, 1024
     mx = Mxfp4(lib, random_mxfp4(rng, M, K), K)
-    act = mx.quantize(rng.standard_normal((16, K)).astype(np.float32))
+    act = mx.prepare(rng.standard_normal((16, K)).astype(np.float32))
     for path in available(lib, "mxfp4_set_path", MXFP4_PATHS):
         lib.mxfp4_set_path(MXFP4_PATHS[path])
         alone = mx.gemm(act[:1])[0]
@@ -207,20 +221,12 @@ def bf16_to_f64(v: np.ndarray) -> np.ndarray:
     return (v.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-class Bf16:
-    def __init__(self, lib, w: np.ndarray):
-        self.lib, (self.M, self.K) = lib, w.shape
-        self.rows = np.ascontiguousarray(w, dtype=np.uint16)
-        self.packed = np.empty_like(self.rows)
-        lib.bf16_pack(ptr(self.rows), ptr(self.packed), self.M, self.K)
-        self.stride = lib.bf16_act_bytes(self.K)
+class Bf16(PackedWeights):
+    kind, prepare_column = "bf16", "bf16_convert_act"
 
-    def convert(self, x: np.ndarray) -> np.ndarray:
-        """x: (N, K) float32 -> (N, stride) bytes of prepared columns."""
-        act = np.zeros((x.shape[0], self.stride), dtype=np.uint8)
-        for j in range(x.shape[0]):
-            self.lib.bf16_convert_act(ptr(np.ascontiguousarray(x[j], dtype=np.float32)), ptr(act[j]), self.K)
-        return act
+    def __init__(self, lib, w: np.ndarray):
+        self.rows = np.ascontiguousarray(w, dtype=np.uint16)
+        super().__init__(lib, self.rows, *w.shape)
 
     def rounded(self, act: np.ndarray) -> np.ndarray:
         """The bf16 values of prepared columns, as uint16 (checked to agree with their f32 copy)."""
@@ -229,14 +235,6 @@ class Bf16:
         as_bf16 = act[:, 4 * K:6 * K].copy().view(np.uint16)
         assert np.array_equal(as_f32.view(np.uint32), as_bf16.astype(np.uint32) << 16)
         return as_bf16
-
-    def gemm(self, act: np.ndarray, splits=None) -> np.ndarray:
-        N = act.shape[0]
-        out = np.full((N, self.M), np.nan, dtype=np.float32)
-        bounds = splits or [0, self.M]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            self.lib.bf16_gemm(ptr(self.packed), self.M, self.K, ptr(act), self.stride, N, ptr(out), self.M, lo, hi)
-        return out
 
 
 def random_bf16(rng, M: int, K: int) -> np.ndarray:
@@ -248,14 +246,14 @@ def test_bf16_activation_conversion_matches_gguf(lib):
     x = (rng.standard_normal((3, 256)) * 10.0 ** rng.integers(-30, 30, size=(3, 256))).astype(np.float32)
     x[0, :4] = [0.0, -0.0, np.inf, -np.inf]
     bf = Bf16(lib, random_bf16(rng, 16, 256))
-    assert np.array_equal(bf.rounded(bf.convert(x)), to_bf16(x).reshape(x.shape))
+    assert np.array_equal(bf.rounded(bf.prepare(x)), to_bf16(x).reshape(x.shape))
 
 
 @pytest.mark.parametrize("M,K,N", [(16, 32, 1), (37, 96, 3), (131, 512, 7), (64, 2048, 16), (200, 1024, 19)])
 def test_bf16_matches_float64_reference(lib, M, K, N):
     rng = np.random.default_rng(M * 1000 + N + 7)
     bf = Bf16(lib, random_bf16(rng, M, K))
-    act = bf.convert(rng.standard_normal((N, K)).astype(np.float32))
+    act = bf.prepare(rng.standard_normal((N, K)).astype(np.float32))
     terms_w, terms_a = bf16_to_f64(bf.rows), bf16_to_f64(bf.rounded(act))
     ref = terms_a @ terms_w.T
     bound = np.abs(terms_a) @ np.abs(terms_w).T * (K * 2.0 ** -24)  # float32 accumulation over K terms
@@ -281,7 +279,7 @@ def test_bf16_widening_paths_agree_bit_for_bit(lib):
     paths = [p for p in available(lib, "bf16_set_path", BF16_PATHS) if p not in ("avx512-bf16", "amx")]
     rng = np.random.default_rng(8)
     bf = Bf16(lib, random_bf16(rng, 70, 384))
-    act = bf.convert(rng.standard_normal((11, 384)).astype(np.float32))
+    act = bf.prepare(rng.standard_normal((11, 384)).astype(np.float32))
     results = []
     for path in paths:
         lib.bf16_set_path(BF16_PATHS[path])
@@ -294,7 +292,7 @@ def test_bf16_is_batch_invariant(lib):
     rng = np.random.default_rng(9)
     M, K = 100, 1024
     bf = Bf16(lib, random_bf16(rng, M, K))
-    act = bf.convert(rng.standard_normal((19, K)).astype(np.float32))
+    act = bf.prepare(rng.standard_normal((19, K)).astype(np.float32))
     for path in available(lib, "bf16_set_path", BF16_PATHS):
         lib.bf16_set_path(BF16_PATHS[path])
         alone = bf.gemm(act[:1])[0]
