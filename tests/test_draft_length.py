@@ -25,7 +25,7 @@ def run_two_levels(policy, cost, acceptance, rounds=300, draft_seconds=0.001, se
     rng = random.Random(seed)
     chosen = []
     for _ in range(rounds):
-        k = policy.length(0)
+        k = policy.plan(0)[1]
         policy.record_draft(1, k, k * draft_seconds)
         policy.record_verify(0, k + 1, cost(k + 1), k, judge(rng, k, acceptance))
         chosen.append(k)
@@ -59,7 +59,7 @@ def test_explores_past_the_sizes_seen():
     for batch in range(1, 6):
         policy.record_draft(1, batch - 1, 0.001 * (batch - 1))
         policy.record_verify(0, batch, 0.02, batch - 1, batch - 1)
-    assert policy.length(0) == MAX_DRAFT
+    assert policy.plan(0)[1] == MAX_DRAFT
 
 
 def test_unmeasured_sizes_are_predicted_optimistically():
@@ -76,12 +76,12 @@ def test_batch_cost_forgets():
     """A size that became cheap is re-learnt, through the policy's own records."""
     policy = AdaptiveLength(2)
     run_two_levels(policy, step_cost(8), acceptance=0.9)
-    assert policy.length(0) == 7
+    assert policy.plan(0)[1] == 7
     for _ in range(30):
         policy.record_draft(1, MAX_DRAFT, MAX_DRAFT * 0.001)
         policy.record_verify(0, MAX_DRAFT + 1, 0.02, MAX_DRAFT, MAX_DRAFT)
     assert policy.verify_cost[0].seconds(MAX_DRAFT + 1) < 0.022
-    assert policy.length(0) == MAX_DRAFT
+    assert policy.plan(0)[1] == MAX_DRAFT
 
 
 def test_acceptance_counts_only_judged_drafts():
@@ -98,12 +98,12 @@ def run_three_levels(policy, target_cost, middle_cost, rounds=400, seed=0) -> tu
     rng = random.Random(seed)
     target_lengths, middle_lengths = [], []
     for _ in range(rounds):
-        k = policy.length(0)
+        k = policy.plan(0)[1]
         target_lengths.append(k)
         elapsed, produced = 0.0, 0
         while produced < k:  # the middle level produces k tokens, one verification of the last level at a time
             room = k - produced
-            wanted = min(policy.length(1), room - 1)
+            wanted = min(policy.plan(1)[1], room - 1)
             middle_lengths.append(wanted)
             if wanted > 0:
                 policy.record_draft(2, wanted, wanted * 0.0005)
@@ -129,9 +129,9 @@ def test_middle_level_is_priced_at_its_best_length():
 
 
 def test_constant_and_factory():
-    assert ConstantLength(8).length(0) == 8
+    assert ConstantLength(8).plan(0)[1] == 8
     assert isinstance(make_policy("adaptive", 3), AdaptiveLength)
-    assert make_policy("5", 2).length(1) == 5
+    assert make_policy("5", 2).plan(1)[1] == 5
 
 
 @pytest.mark.parametrize("chunk,room", [(8, 7), (16, 15)])

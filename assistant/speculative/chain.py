@@ -62,7 +62,7 @@ class Chain:
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
 
-    def _produce(self, index: int, count: int, limit: int, confidence: float = 0.0) -> int:
+    def _produce(self, index: int, count: int, limit: int, confidence: float) -> int:
         """Append at least ``count`` and at most ``limit`` tokens distributed as level ``index``'s model.
 
         A middle level's last round drafts its full length while it fits under ``limit`` rather than
@@ -116,11 +116,11 @@ class Chain:
     def _verify_greedy(self, rows: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
         """The longest prefix of the draft equal to this level's argmax, then its own next token."""
         tokens = self.sequence.tokens
-        for j in range(drafted + 1):
+        for j in range(drafted):
             choice = int(rows[j, : self.n_shared].argmax())
-            if j == drafted or choice != tokens[base + j]:
+            if choice != tokens[base + j]:
                 return j, choice
-        raise AssertionError("unreachable")
+        return drafted, int(rows[drafted, : self.n_shared].argmax())
 
     def _verify_sampled(self, index: int, below, rows: np.ndarray, base: int, drafted: int,
                         row: int) -> tuple[int, int]:

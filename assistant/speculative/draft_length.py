@@ -29,9 +29,6 @@ class ConstantLength:
         """(the level that drafts for ``level``, how many tokens): always the next level, k tokens."""
         return level + 1, self.length_value
 
-    def length(self, level: int) -> int:
-        return self.length_value
-
     def verify_room(self, level: int, length: int) -> int:
         """The paper's setting: exactly ``length`` drafts per verification."""
         return length
@@ -110,9 +107,6 @@ class AdaptiveLength:
             if (skip_seconds < SKIP_MARGIN * seconds) != (self.plans[level] % EXPLORE_EVERY == 0):
                 return skip, skip_length
         return level + 1, length
-
-    def length(self, level: int) -> int:
-        return self.plan(level)[1]
 
     def acceptance(self, level: int, drafter: int | None = None) -> float:
         """The chance that ``level`` keeps a token drafted by ``drafter`` (default the next level), given it
