@@ -196,6 +196,127 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t * w0, 
     }
 }
 
+
+// Prompts (N > 16 columns) are compute-bound, and three things kept TDPBF16PS at a quarter of its rate:
+// one activation tile per two multiplies (now two row tiles x two column chunks per step: four tile
+// loads for four multiplies), activations streaming from L3 for every row tile when K is large (now K in
+// blocks whose activations stay in L2 while the row tiles pass over them), and LDTILECFG (a thousand
+// cycles) whenever the last chunk of columns was short (now configured once: the short chunk's
+// activations are copied into a full 16-row tile, zero-padded, and its results pass through a local tile).
+// The accumulators live in dst between K blocks (f32 stored and reloaded exactly), and every column sees
+// the same sequence of multiplies as in amx_rows, so its bits do not depend on N.
+constexpr int64_t kPromptBlock = 1024;  // values of K per block: 221 columns x 1024 x 2 bytes fit in L2
+
+__attribute__((target("amx-tile,amx-bf16"))) void amx_configure_full() {
+    TileConfig config = {};
+    config.palette    = 1;
+    for (int t = 0; t < 8; ++t) {
+        config.bytes_per_row[t] = 64;
+        config.rows[t]          = kTile;
+    }
+    _tile_loadconfig(&config);
+}
+
+// 16 columns of activations as the A operand: step b's tile is at a + b * step, rows stride bytes apart;
+// their results for the two row tiles are C tiles at c[0] and c[1], rows c_stride bytes apart.
+struct Chunk {
+    const uint16_t * a;
+    size_t           stride;
+    int64_t          step;
+    float *          c[2];
+    size_t           c_stride;
+};
+
+// Tiles: 0-3 accumulate (chunk x row tile), 4-5 hold the chunks' activations, 6-7 the row tiles' weights.
+template <bool TWO_CHUNKS, bool TWO_ROWS>
+__attribute__((target("amx-tile,amx-bf16"))) void amx_block(const uint16_t * w0, const uint16_t * w1, int64_t b0,
+                                                            int64_t b1, const Chunk & x, const Chunk & y) {
+    if (b0 == 0) {
+        _tile_zero(0);
+        if (TWO_ROWS) _tile_zero(1);
+        if (TWO_CHUNKS) _tile_zero(2);
+        if (TWO_CHUNKS && TWO_ROWS) _tile_zero(3);
+    } else {
+        _tile_loadd(0, x.c[0], x.c_stride);
+        if (TWO_ROWS) _tile_loadd(1, x.c[1], x.c_stride);
+        if (TWO_CHUNKS) _tile_loadd(2, y.c[0], y.c_stride);
+        if (TWO_CHUNKS && TWO_ROWS) _tile_loadd(3, y.c[1], y.c_stride);
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+        _tile_loadd(6, w0 + b * 512, 64);
+        _tile_loadd(4, x.a + b * x.step, x.stride);
+        _tile_dpbf16ps(0, 4, 6);
+        if (TWO_ROWS) {
+            _tile_loadd(7, w1 + b * 512, 64);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (TWO_CHUNKS) {
+            _tile_loadd(5, y.a + b * y.step, y.stride);
+            _tile_dpbf16ps(2, 5, 6);
+            if (TWO_ROWS) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, x.c[0], x.c_stride);
+    if (TWO_ROWS) _tile_stored(1, x.c[1], x.c_stride);
+    if (TWO_CHUNKS) _tile_stored(2, y.c[0], y.c_stride);
+    if (TWO_CHUNKS && TWO_ROWS) _tile_stored(3, y.c[1], y.c_stride);
+}
+
+// Whole 16-row tiles [row_begin, row_end) for N > 16 columns.
+__attribute__((target("amx-tile,amx-bf16"))) void gemm_amx_prompt(const uint16_t * packed, int64_t K, const void * act,
+                                                                  size_t act_stride, int64_t N, float * dst,
+                                                                  int64_t dst_stride, int64_t row_begin,
+                                                                  int64_t row_end) {
+    thread_local std::vector<uint16_t> short_a;  // the short chunk's activations, one block, as 16-row tiles
+    alignas(64) float short_c[2][kTile][kTile];  // its results for one row tile pair
+    const int64_t full = N / kTile, left = N % kTile, steps = K / 32, block = kPromptBlock / 32;
+    const size_t  c_stride = (size_t) dst_stride * sizeof(float);
+    amx_configure_full();
+    for (int64_t b0 = 0; b0 < steps; b0 += block) {
+        const int64_t b1 = std::min(steps, b0 + block);
+        if (left) {
+            short_a.assign((size_t) (b1 - b0) * 512, 0);
+            for (int j = 0; j < left; ++j) {
+                const uint16_t * h = column(act, act_stride, full * kTile + j, K).h;
+                for (int64_t b = b0; b < b1; ++b) std::memcpy(&short_a[(b - b0) * 512 + j * 32], h + b * 32, 64);
+            }
+        }
+        for (int64_t t0 = row_begin; t0 < row_end; t0 += 2 * kTile) {
+            const bool       two = t0 + kTile < row_end;
+            const uint16_t * w0  = packed + t0 * K;
+            const uint16_t * w1  = packed + (t0 + kTile) * K;
+            auto chunk = [&](int64_t i) -> Chunk {
+                if (i < full) {
+                    float * c = dst + i * kTile * dst_stride + t0;
+                    return {column(act, act_stride, i * kTile, K).h, act_stride, 32, {c, c + kTile}, c_stride};
+                }
+                if (b0 > 0) {
+                    for (int j = 0; j < left; ++j) {
+                        std::memcpy(short_c[0][j], dst + (full * kTile + j) * dst_stride + t0, sizeof short_c[0][j]);
+                        if (two) std::memcpy(short_c[1][j], dst + (full * kTile + j) * dst_stride + t0 + kTile, sizeof short_c[1][j]);
+                    }
+                }
+                return {short_a.data() - b0 * 512, 64, 512, {short_c[0][0], short_c[1][0]}, 64};
+            };
+            const int64_t chunks = full + (left > 0);
+            for (int64_t i = 0; i < chunks; i += 2) {
+                const Chunk x = chunk(i);
+                if (i + 1 < chunks) {
+                    const Chunk y = chunk(i + 1);
+                    two ? amx_block<true, true>(w0, w1, b0, b1, x, y) : amx_block<true, false>(w0, w1, b0, b1, x, y);
+                } else {
+                    two ? amx_block<false, true>(w0, w1, b0, b1, x, x) : amx_block<false, false>(w0, w1, b0, b1, x, x);
+                }
+            }
+            for (int j = 0; left && j < left; ++j) {
+                std::memcpy(dst + (full * kTile + j) * dst_stride + t0, short_c[0][j], sizeof short_c[0][j]);
+                if (two) std::memcpy(dst + (full * kTile + j) * dst_stride + t0 + kTile, short_c[1][j], sizeof short_c[1][j]);
+            }
+        }
+    }
+    _tile_release();
+}
+
 // Rows [row_begin, row_end) for N columns. Each pair of row tiles is read from memory once: the column
 // chunks of 16 (a prompt has many) reuse it from cache.
 __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * packed, int64_t M, int64_t K,
@@ -204,6 +325,11 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * pack
     thread_local std::vector<uint16_t> wide;
     alignas(64) float out[2][kTile][kTile];
     int configured = 0;
+    if (N > kTile) {  // a prompt: whole row tiles take the compute-bound path, a last short tile the loop below
+        const int64_t whole_end = std::min(row_end, M / kTile * kTile);
+        if (whole_end > row_begin) gemm_amx_prompt(packed, K, act, act_stride, N, dst, dst_stride, row_begin, whole_end);
+        row_begin = std::max(row_begin, whole_end);
+    }
     for (int64_t t0 = row_begin; t0 < row_end; t0 += 2 * kTile) {
         const bool       two = t0 + kTile < row_end;
         const uint16_t * w0  = packed + t0 * K;
@@ -261,7 +387,7 @@ __attribute__((target("avx512f"))) void convert_avx512(const float * x, float * 
         const __mmask16 nan     = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, magnitude), infinity);
         rounded = _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(bits, 16), quiet);
         _mm256_storeu_si256((__m256i *) (h + k), _mm512_cvtepi32_epi16(rounded));
-        _mm512_storeu_si512(f + k, _mm512_slli_epi32(rounded, 16));
+        if (f) _mm512_storeu_si512(f + k, _mm512_slli_epi32(rounded, 16));
     }
 }
 #endif
@@ -342,8 +468,8 @@ void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K) {
 size_t bf16_act_bytes(int64_t K) { return ((size_t) K * 6 + 63) & ~(size_t) 63; }
 
 void bf16_convert_act(const float * x, void * act, int64_t K) {
-    float *    f = (float *) act;
-    uint16_t * h = (uint16_t *) (f + K);
+    uint16_t * h = (uint16_t *) ((float *) act + K);
+    float *    f = current() == BF16_PATH_AMX ? nullptr : (float *) act;  // AMX reads only the bf16 copy
 #ifdef BF16_X86
     if (best() >= BF16_PATH_AVX512) {
         convert_avx512(x, f, h, K);
@@ -352,7 +478,7 @@ void bf16_convert_act(const float * x, void * act, int64_t K) {
 #endif
     for (int64_t k = 0; k < K; ++k) {
         h[k] = round_to_bf16(x[k]);
-        f[k] = widen(h[k]);
+        if (f) f[k] = widen(h[k]);
     }
 }
 

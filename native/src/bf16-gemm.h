@@ -36,7 +36,8 @@ void bf16_pack(const uint16_t * rows, void * packed, int64_t M, int64_t K);
 void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K);
 
 // Bytes one prepared activation column takes: its K values rounded to bf16 (round to nearest even),
-// stored both widened back to f32 (what the FMA paths broadcast) and as bf16 pairs (for vdpbf16ps).
+// stored both widened back to f32 (what the FMA paths broadcast) and as bf16 pairs (for vdpbf16ps and
+// AMX). Columns are prepared for the path in use: under AMX the f32 copy is not written.
 size_t bf16_act_bytes(int64_t K);
 void   bf16_convert_act(const float * x, void * act, int64_t K);
 
