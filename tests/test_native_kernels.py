@@ -21,7 +21,7 @@ from gguf.quants import dequantize, quantize
 SRC = Path(__file__).resolve().parents[1] / "native" / "src"
 KERNEL_FILES = ("mxfp4-gemm.cpp", "bf16-gemm.cpp")
 
-MXFP4_PATHS = {"scalar": 1, "avx-vnni": 2, "avx512-vnni": 3}
+MXFP4_PATHS = {"scalar": 1, "avx-vnni": 2, "avx512-vnni": 3, "amx": 4}
 BF16_PATHS = {"scalar": 1, "avx2": 2, "avx512": 3, "avx512-bf16": 4, "amx": 5}
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -178,7 +178,7 @@ def test_mxfp4_paths_agree_bit_for_bit(lib):
     paths = available(lib, "mxfp4_set_path", MXFP4_PATHS)
     rng = np.random.default_rng(3)
     mx = Mxfp4(lib, random_mxfp4(rng, 70, 384), 384)
-    x = rng.standard_normal((11, 384)).astype(np.float32)
+    x = rng.standard_normal((37, 384)).astype(np.float32)  # AMX: two chunks of 16 and a short one
     results = {}
     for path in paths:
         lib.mxfp4_set_path(MXFP4_PATHS[path])
@@ -196,11 +196,11 @@ def test_mxfp4_is_batch_invariant(lib):
     rng = np.random.default_rng(4)
     M, K = 100, 1024
     mx = Mxfp4(lib, random_mxfp4(rng, M, K), K)
-    act = mx.prepare(rng.standard_normal((16, K)).astype(np.float32))
+    act = mx.prepare(rng.standard_normal((40, K)).astype(np.float32))
     for path in available(lib, "mxfp4_set_path", MXFP4_PATHS):
         lib.mxfp4_set_path(MXFP4_PATHS[path])
         alone = mx.gemm(act[:1])[0]
-        for n in (1, 3, 8, 16):
+        for n in (1, 3, 8, 9, 16, 40):  # the AMX path takes over from 9 columns
             for splits in ([0, M], [0, 48, M], [0, 16, 32, 96, M]):
                 got = mx.gemm(np.ascontiguousarray(act[:n]), splits)
                 assert np.array_equal(got[0], alone), (path, n, splits)

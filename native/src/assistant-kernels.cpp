@@ -6,7 +6,8 @@
 // ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
 //   unset or "auto"   our kernel, best instruction path for this CPU
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
-//   a path name       force an instruction path: MXFP4 "scalar", "avx-vnni", "avx512-vnni";
+//   a path name       force an instruction path: MXFP4 "scalar", "avx-vnni", "avx512-vnni", "amx"
+//                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX);
 //                     BF16 "scalar", "avx2", "avx512" (widen + FMA), "avx512-bf16" (vdpbf16ps), "amx"
 //                     (tile multiply; the default where Linux grants AMX, else "avx512")
 #include "assistant-kernels.h"
@@ -36,7 +37,8 @@ struct Settings {
 
     Settings() {
         mxfp4 = choose("ASSISTANT_MXFP4_KERNEL", {{"scalar", MXFP4_PATH_SCALAR}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
-                                                  {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}}, mxfp4_set_path);
+                                                  {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX}},
+                       mxfp4_set_path);
         bf16  = choose("ASSISTANT_BF16_KERNEL", {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2},
                                                  {"avx512", BF16_PATH_AVX512}, {"avx512-bf16", BF16_PATH_AVX512_BF16},
                                                  {"amx", BF16_PATH_AMX}},

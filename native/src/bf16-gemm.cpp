@@ -17,10 +17,10 @@
 #    include <immintrin.h>
 #    define BF16_X86 1
 #endif
-#if defined(BF16_X86) && defined(__linux__)
-#    include <sys/syscall.h>
-#    include <unistd.h>
+#include "amx-tiles.h"
+#if defined(BF16_X86) && defined(ASSISTANT_AMX)
 #    define BF16_AMX 1
+using assistant_amx::TileConfig;
 #endif
 
 namespace {
@@ -159,12 +159,6 @@ void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> &
 // the 16 rows' pairs side by side, 1 KB contiguous per 32 values of a 16-row tile. The result tile is
 // C[column][row], so a column's 16 results are one row of C, stored straight into dst.
 // Tiles: 0 and 1 accumulate two 16-row tiles, 2 holds the activations, 3 and 4 the two tiles' weights.
-struct TileConfig {
-    uint8_t  palette, start_row, reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t  rows[16];
-};
-
 __attribute__((target("amx-tile,amx-bf16"))) void amx_configure(int nc) {
     TileConfig config = {};
     config.palette    = 1;
@@ -367,12 +361,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * pack
     if (configured) _tile_release();
 }
 
-// Linux hands out the AMX register state only to processes that ask for it.
-bool amx_permitted() {
-    constexpr long kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
-    constexpr long kTileData          = 18;      // XFEATURE_XTILEDATA
-    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
-}
 #endif  // BF16_AMX
 
 #ifdef BF16_X86
@@ -399,7 +387,7 @@ int best_path() {
     if (__builtin_cpu_supports("avx512f")) {
         if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return BF16_PATH_AVX512;
 #    ifdef BF16_AMX
-        if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && amx_permitted()) {
+        if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && assistant_amx::permitted()) {
             return BF16_PATH_AMX;
         }
 #    endif
