@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 NS = (1, 2, 4, 8, 16)
 KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock")
 LABELS = {
-    "mxfp4-ours": "MXFP4, ours (int8 VNNI)",
+    "mxfp4-ours": "MXFP4, ours (int8 VNNI; AMX-INT8 from 9 columns where present)",
     "mxfp4-repack": "MXFP4, stock repack",
     "mxfp4-stock": "MXFP4, stock (no repack)",
     "bf16-ours": "BF16, ours",
