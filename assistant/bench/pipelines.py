@@ -1,7 +1,8 @@
 """The compared pipelines, named once so the runner, the summary and the report agree.
 
 Each of ours is a chain of roles (``target``: BF16 target, ``mxfp4``: its MXFP4 direct cast, ``draft``: the
-small draft) with a draft length (exactly 8 as in the paper, or our adaptive policy) and a kernel setting: "stock"
+small draft in BF16 as in the paper, ``draft-mxfp4``: the small draft in MXFP4 as the demo set and
+``assistant pull`` ship it) with a draft length (exactly 8 as in the paper, or our adaptive policy) and a kernel setting: "stock"
 runs in a worker started with ASSISTANT_MXFP4_KERNEL=stock, llama.cpp's own MXFP4 path (Table III).
 """
 
@@ -40,6 +41,10 @@ OURS = (
     PipelineSpec("sd-mxfp4", "(iii) SD, MXFP4 draft, k=8", ("target", "mxfp4"), PAPER_LENGTH),
     PipelineSpec("mlsd", "(iv) ML-SpecQD, 3 levels, k=8", ("target", "mxfp4", "draft"), PAPER_LENGTH),
     PipelineSpec("mlsd-adaptive", "(v) ML-SpecQD, 3 levels, adaptive k", ("target", "mxfp4", "draft"), "adaptive"),
+    # The product's chain: the small draft in MXFP4 too, with its single-level counterpart for a fair ranking.
+    PipelineSpec("sd-draft-mxfp4", "(ii') SD, small draft in MXFP4, k=8", ("target", "draft-mxfp4"), PAPER_LENGTH),
+    PipelineSpec("mlsd-adaptive-mxfp4", "(v') ML-SpecQD, adaptive k, small draft in MXFP4 (the demo set's chain)",
+                 ("target", "mxfp4", "draft-mxfp4"), "adaptive"),
     PipelineSpec("sd-mxfp4-stock", "(vii) SD, MXFP4 draft, k=8, stock MXFP4 kernel", ("target", "mxfp4"),
                  PAPER_LENGTH, "stock"),
     PipelineSpec("mlsd-stock", "(vii) ML-SpecQD, k=8, stock MXFP4 kernel", ("target", "mxfp4", "draft"),

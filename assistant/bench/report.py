@@ -12,8 +12,8 @@ from pathlib import Path
 from assistant.bench.pipelines import BASELINE, LABELS, LLAMA_CPP, PAPER
 
 GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
-SINGLE_LEVEL = ("sd-draft", "sd-mxfp4")
-MULTI_LEVEL = ("mlsd", "mlsd-adaptive")
+SINGLE_LEVEL = ("sd-draft", "sd-mxfp4", "sd-draft-mxfp4")
+MULTI_LEVEL = ("mlsd", "mlsd-adaptive", "mlsd-adaptive-mxfp4")
 
 
 def machine() -> dict:
@@ -99,7 +99,8 @@ def _workload_section(workload: dict) -> list[str]:
         "",
         f"Target {params['target'] / 1e6:.1f}M parameters ({sizes['target'] / 1e9:.2f} GB BF16 GGUF, MXFP4 copy "
         f"{sizes['mxfp4'] / 1e9:.2f} GB); small draft {params['draft'] / 1e6:.1f}M parameters "
-        f"({sizes['draft'] / 1e9:.3f} GB BF16), {params['target'] / params['draft']:.1f}x smaller. "
+        f"({sizes['draft'] / 1e9:.3f} GB BF16, {sizes['draft-mxfp4'] / 1e9:.3f} GB MXFP4), "
+        f"{params['target'] / params['draft']:.1f}x smaller. "
         f"{len(workload['prompts'])} prompts.",
     ]
     if info.get("padding"):
@@ -131,8 +132,8 @@ def _workload_section(workload: dict) -> list[str]:
             continue
         for index, level in enumerate(row["levels"]):
             paper = ""
-            if level["role"] in ("draft", "mxfp4"):
-                source = PAPER["sd-draft" if level["role"] == "draft" else "sd-mxfp4"]
+            if level["role"] in ("draft", "draft-mxfp4", "mxfp4"):
+                source = PAPER["sd-draft" if level["role"].startswith("draft") else "sd-mxfp4"]
                 paper = f"{_pct(source['acceptance_qa'])} / {_pct(source['acceptance_code'])}"
             tau = f"{level['mean_accepted_length']:.2f}" if level["mean_accepted_length"] else "—"
             lines.append(f"| {LABELS.get(key, key)} | {index}: {level['role']} | {_pct(level['acceptance'])} | {paper} "

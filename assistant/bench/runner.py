@@ -33,7 +33,7 @@ class Settings:
     n_ctx: int = 4096
     llama_cpp: bool = True
     sweep_lengths: tuple[int, ...] = (2, 4, 8)
-    sweep_drafts: tuple[str, ...] = ("draft", "mxfp4")
+    sweep_drafts: tuple[str, ...] = ("draft", "draft-mxfp4", "mxfp4")
     sweep_prompts: int = 2
     log_dir: Path | None = None
     show_progress: bool | None = None

@@ -34,13 +34,14 @@ class Workload:
     title: str
     target: Path  # BF16 GGUF
     mxfp4: Path  # MXFP4 direct cast of the target
-    draft: Path  # the small draft, BF16 GGUF
+    draft: Path  # the small draft, BF16 GGUF (the paper's full-precision small draft)
+    draft_mxfp4: Path  # the small draft in MXFP4 (what the demo set and `assistant pull` use)
     checkpoints: dict[str, str] = field(default_factory=dict)
     parameters: dict[str, int] = field(default_factory=dict)
     padding: dict | None = None
 
     def paths(self) -> dict[str, Path]:
-        return {"target": self.target, "mxfp4": self.mxfp4, "draft": self.draft}
+        return {"target": self.target, "mxfp4": self.mxfp4, "draft": self.draft, "draft-mxfp4": self.draft_mxfp4}
 
     def describe(self) -> dict:
         info = asdict(self)
@@ -65,9 +66,9 @@ def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
     elif key != "a":
         raise AssistantError(f"unknown workload {key!r} (choose a, b or both)")
     target = _converted(target_hf, cache / key, "target", ("bf16", "mxfp4"), log)
-    draft = _converted(draft_hf, cache / key, "draft", ("bf16",), log)
+    draft = _converted(draft_hf, cache / key, "draft", ("bf16", "mxfp4"), log)
     title = {"a": "(a) bench pair, cache-resident", "b": "(b) bench pair padded to 1.64 GB, memory-bound"}[key]
-    return Workload(key, title, target["bf16"], target["mxfp4"], draft["bf16"],
+    return Workload(key, title, target["bf16"], target["mxfp4"], draft["bf16"], draft["mxfp4"],
                     checkpoints={"target": str(target_hf), "draft": str(draft_hf)},
                     parameters={"target": parameter_count(target_hf), "draft": parameter_count(draft_hf)},
                     padding=padding)
