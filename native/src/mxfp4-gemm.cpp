@@ -1,7 +1,8 @@
 // MXFP4 x int8 small-batch matrix multiply; layout and contract in mxfp4-gemm.h.
 //
 // Arithmetic, identical on every path so the paths agree bit for bit:
-//   isum  = sum over the 32 values of a block of (code value * 2 + 12) * q   - 12 * sum(q)   (exact, int32)
+//   isum  = sum over the 32 values of a block of (code value * 2 + 12) * q   - 12 * sum(q)   (exact, int32;
+//           the AMX path sums (code value * 2) * q directly: the same integer)
 //   acc   = fma(float(isum), scale_w * scale_a, acc)                         block by block, in order
 // The doubled E2M1 values (0, 1, 2, 3, 4, 6, 8, 12 and negatives) plus 12 fit vpdpbusd's unsigned
 // operand; the activation side carries -12 * sum(q) per block, computed once at quantization, and the
