@@ -159,12 +159,13 @@ void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> &
 // the 16 rows' pairs side by side, 1 KB contiguous per 32 values of a 16-row tile. The result tile is
 // C[column][row], so a column's 16 results are one row of C, stored straight into dst.
 // Tiles: 0 and 1 accumulate two 16-row tiles, 2 holds the activations, 3 and 4 the two tiles' weights.
+// Tiles 0-2 get nc rows (the columns); the prompt path below configures nc = 16 and uses all 8 tiles.
 __attribute__((target("amx-tile,amx-bf16"))) void amx_configure(int nc) {
     TileConfig config = {};
     config.palette    = 1;
-    for (int t = 0; t < 5; ++t) {
+    for (int t = 0; t < 8; ++t) {
         config.bytes_per_row[t] = 64;
-        config.rows[t]          = (uint8_t) (t <= 2 ? nc : 16);
+        config.rows[t]          = (uint8_t) (t <= 2 ? nc : kTile);
     }
     _tile_loadconfig(&config);
 }
@@ -200,16 +201,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t * w0, 
 // The accumulators live in dst between K blocks (f32 stored and reloaded exactly), and every column sees
 // the same sequence of multiplies as in amx_rows, so its bits do not depend on N.
 constexpr int64_t kPromptBlock = 1024;  // values of K per block: 221 columns x 1024 x 2 bytes fit in L2
-
-__attribute__((target("amx-tile,amx-bf16"))) void amx_configure_full() {
-    TileConfig config = {};
-    config.palette    = 1;
-    for (int t = 0; t < 8; ++t) {
-        config.bytes_per_row[t] = 64;
-        config.rows[t]          = kTile;
-    }
-    _tile_loadconfig(&config);
-}
 
 // 16 columns of activations as the A operand: step b's tile is at a + b * step, rows stride bytes apart;
 // their results for the two row tiles are C tiles at c[0] and c[1], rows c_stride bytes apart.
@@ -265,7 +256,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx_prompt(const uint16_t
     alignas(64) float short_c[2][kTile][kTile];  // its results for one row tile pair
     const int64_t full = N / kTile, left = N % kTile, steps = K / 32, block = kPromptBlock / 32;
     const size_t  c_stride = (size_t) dst_stride * sizeof(float);
-    amx_configure_full();
+    amx_configure(kTile);
     for (int64_t b0 = 0; b0 < steps; b0 += block) {
         const int64_t b1 = std::min(steps, b0 + block);
         if (left) {
@@ -280,18 +271,15 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx_prompt(const uint16_t
             const uint16_t * w0  = packed + t0 * K;
             const uint16_t * w1  = packed + (t0 + kTile) * K;
             auto chunk = [&](int64_t i) -> Chunk {
-                if (i < full) {
-                    float * c = dst + i * kTile * dst_stride + t0;
-                    return {column(act, act_stride, i * kTile, K).h, act_stride, 32, {c, c + kTile}, c_stride};
-                }
-                if (b0 > 0) {
-                    for (int j = 0; j < left; ++j) {
-                        std::memcpy(short_c[0][j], dst + (full * kTile + j) * dst_stride + t0, sizeof short_c[0][j]);
-                        if (two) std::memcpy(short_c[1][j], dst + (full * kTile + j) * dst_stride + t0 + kTile, sizeof short_c[1][j]);
-                    }
-                }
-                return {short_a.data() - b0 * 512, 64, 512, {short_c[0][0], short_c[1][0]}, 64};
+                if (i == full) return {short_a.data() - b0 * 512, 64, 512, {short_c[0][0], short_c[1][0]}, 64};
+                float * c = dst + i * kTile * dst_stride + t0;
+                return {column(act, act_stride, i * kTile, K).h, act_stride, 32, {c, c + kTile}, c_stride};
             };
+            for (int j = 0; j < left && b0 > 0; ++j) {  // the short chunk's sums so far
+                float * d = dst + (full * kTile + j) * dst_stride + t0;
+                std::memcpy(short_c[0][j], d, sizeof short_c[0][j]);
+                if (two) std::memcpy(short_c[1][j], d + kTile, sizeof short_c[1][j]);
+            }
             const int64_t chunks = full + (left > 0);
             for (int64_t i = 0; i < chunks; i += 2) {
                 const Chunk x = chunk(i);
@@ -302,17 +290,18 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx_prompt(const uint16_t
                     two ? amx_block<false, true>(w0, w1, b0, b1, x, x) : amx_block<false, false>(w0, w1, b0, b1, x, x);
                 }
             }
-            for (int j = 0; left && j < left; ++j) {
-                std::memcpy(dst + (full * kTile + j) * dst_stride + t0, short_c[0][j], sizeof short_c[0][j]);
-                if (two) std::memcpy(dst + (full * kTile + j) * dst_stride + t0 + kTile, short_c[1][j], sizeof short_c[1][j]);
+            for (int j = 0; j < left; ++j) {
+                float * d = dst + (full * kTile + j) * dst_stride + t0;
+                std::memcpy(d, short_c[0][j], sizeof short_c[0][j]);
+                if (two) std::memcpy(d + kTile, short_c[1][j], sizeof short_c[1][j]);
             }
         }
     }
     _tile_release();
 }
 
-// Rows [row_begin, row_end) for N columns. Each pair of row tiles is read from memory once: the column
-// chunks of 16 (a prompt has many) reuse it from cache.
+// Rows [row_begin, row_end) for N columns: up to 16 columns in one pass over each pair of row tiles. A
+// prompt (N > 16) sends its whole row tiles to gemm_amx_prompt; only a last short tile stays here.
 __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(const uint16_t * packed, int64_t M, int64_t K,
                                                            const void * act, size_t act_stride, int64_t N, float * dst,
                                                            int64_t dst_stride, int64_t row_begin, int64_t row_end) {
