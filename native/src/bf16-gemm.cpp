@@ -1,8 +1,10 @@
 // BF16 small-batch matrix multiply; layout and contract in bf16-gemm.h.
 //
 // Order of operations, fixed per path so a column's bits never depend on N or on the thread split:
-//   scalar, AVX2, AVX-512: one f32 accumulator per (row, column), acc = fma(w[k], a[k], acc) for
-//                          k = 0, 1, 2, ... in order (weights widened exactly from bf16).
+//   scalar, AVX2, AVX-512: two f32 accumulators per (row, column), one for even and one for odd k, each
+//                          advanced by acc = fma(w[k], a[k], acc) in order of k (weights widened exactly
+//                          from bf16), added at the end: even + odd. Two independent chains per column
+//                          halve the FMA latency a single column waits on.
 //   AVX512-BF16:           two accumulators per (row, column), for even and odd pairs of values, each
 //                          advanced by vdpbf16ps pair by pair, added at the end.
 // Each column has its own accumulators, so columns never mix.
@@ -16,6 +18,9 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #    include <immintrin.h>
 #    define BF16_X86 1
+#elif defined(__aarch64__)
+#    include <arm_neon.h>
+#    define BF16_NEON 1
 #endif
 #include "amx-tiles.h"
 #if defined(BF16_X86) && defined(ASSISTANT_AMX)
@@ -55,16 +60,18 @@ Column column(const void * act, size_t stride, int64_t j, int64_t K) {
     return {f, (const uint16_t *) (f + K)};
 }
 
+using TileFn = void (*)(const uint16_t *, int64_t, const Column *, float (*)[kTile]);
+
 void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, int nc, float (*out)[kTile]) {
     for (int j = 0; j < nc; ++j) {
         for (int r = 0; r < R; ++r) {
-            float acc = 0.0f;
+            float even = 0.0f, odd = 0.0f;
             for (int64_t p = 0; p < K / 2; ++p) {
                 const uint16_t * w = tile + p * 2 * R + 2 * r;
-                acc = std::fma(widen(w[0]), cols[j].f[2 * p], acc);
-                acc = std::fma(widen(w[1]), cols[j].f[2 * p + 1], acc);
+                even = std::fma(widen(w[0]), cols[j].f[2 * p], even);
+                odd  = std::fma(widen(w[1]), cols[j].f[2 * p + 1], odd);
             }
-            out[j][r] = acc;
+            out[j][r] = even + odd;
         }
     }
 }
@@ -74,9 +81,9 @@ template <int NC>
 __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
                                                      float (*out)[kTile]) {
     const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
-    __m512        acc[NC];
+    __m512        even[NC], odd[NC];
 #    pragma GCC unroll 8
-    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
         _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
         const __m512i v  = _mm512_loadu_si512(tile + p * 2 * kTile);
@@ -84,12 +91,12 @@ __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64
         const __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));  // odd values
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
-            acc[j] = _mm512_fmadd_ps(w0, _mm512_set1_ps(cols[j].f[2 * p]), acc[j]);
-            acc[j] = _mm512_fmadd_ps(w1, _mm512_set1_ps(cols[j].f[2 * p + 1]), acc[j]);
+            even[j] = _mm512_fmadd_ps(w0, _mm512_set1_ps(cols[j].f[2 * p]), even[j]);
+            odd[j]  = _mm512_fmadd_ps(w1, _mm512_set1_ps(cols[j].f[2 * p + 1]), odd[j]);
         }
     }
 #    pragma GCC unroll 8
-    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(even[j], odd[j]));
 }
 
 template <int NC>
@@ -115,38 +122,105 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(even[j], odd[j]));
 }
 
-// 8 rows at a time (16 vector registers): the two halves of the tile one after the other.
-template <int NC>
-__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_t K, const Column * cols,
-                                                    float (*out)[kTile]) {
+// 8 rows to a vector and 16 vector registers: H halves of the tile at once, starting at half h0. Small
+// batches take both halves (four chains of FMAs for one column, enough to cover the FMA latency), larger
+// ones one half after the other (the accumulators of four columns fill the registers).
+template <int NC, int H>
+__attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, int64_t K, const Column * cols,
+                                                   float (*out)[kTile], int h0) {
     const __m256i high = _mm256_set1_epi32((int) 0xffff0000u);
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[NC];
+    __m256        even[H][NC], odd[H][NC];
 #    pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
-        for (int64_t p = 0; p < K / 2; ++p) {
-            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
-            const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * h));
-            const __m256  w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            const __m256  w1 = _mm256_castsi256_ps(_mm256_and_si256(v, high));
-#    pragma GCC unroll 8
-            for (int j = 0; j < NC; ++j) {
-                acc[j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(cols[j].f[2 * p]), acc[j]);
-                acc[j] = _mm256_fmadd_ps(w1, _mm256_set1_ps(cols[j].f[2 * p + 1]), acc[j]);
-            }
+    for (int i = 0; i < H * NC; ++i) even[i / NC][i % NC] = odd[i / NC][i % NC] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < K / 2; ++p) {
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
+        __m256 w0[H], w1[H];
+#    pragma GCC unroll 2
+        for (int h = 0; h < H; ++h) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
+            w0[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            w1[h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
         }
 #    pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) _mm256_storeu_ps(out[j] + 8 * h, acc[j]);
+        for (int j = 0; j < NC; ++j) {
+            const __m256 a0 = _mm256_set1_ps(cols[j].f[2 * p]), a1 = _mm256_set1_ps(cols[j].f[2 * p + 1]);
+#    pragma GCC unroll 2
+            for (int h = 0; h < H; ++h) {
+                even[h][j] = _mm256_fmadd_ps(w0[h], a0, even[h][j]);
+                odd[h][j]  = _mm256_fmadd_ps(w1[h], a1, odd[h][j]);
+            }
+        }
+    }
+#    pragma GCC unroll 8
+    for (int i = 0; i < H * NC; ++i) {
+        _mm256_storeu_ps(out[i % NC] + 8 * (h0 + i / NC), _mm256_add_ps(even[i / NC][i % NC], odd[i / NC][i % NC]));
     }
 }
 
-using TileFn = void (*)(const uint16_t *, int64_t, const Column *, float (*)[kTile]);
+template <int NC>
+__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_t K, const Column * cols,
+                                                   float (*out)[kTile]) {
+    if (NC <= 2) {
+        rows_avx2<NC, 2>(tile, K, cols, out, 0);
+    } else {
+        rows_avx2<NC, 1>(tile, K, cols, out, 0);
+        rows_avx2<NC, 1>(tile, K, cols, out, 1);
+    }
+}
+
 const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
 const TileFn kAvx2[4]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
 #endif  // BF16_X86
+
+#ifdef BF16_NEON
+// ARM64: 4 rows to a 128-bit register, Q quarters of the tile at once from quarter q0 (all four for one
+// or two columns, two at a time for more), widen + FMA like the x86 paths, so the bits are the same.
+template <int NC, int Q>
+void rows_neon(const uint16_t * tile, int64_t K, const Column * cols, float (*out)[kTile], int q0) {
+    const uint32x4_t high = vdupq_n_u32(0xffff0000u);
+    float32x4_t      even[Q][NC], odd[Q][NC];
+#    pragma GCC unroll 16
+    for (int i = 0; i < Q * NC; ++i) even[i / NC][i % NC] = odd[i / NC][i % NC] = vdupq_n_f32(0.0f);
+    for (int64_t p = 0; p < K / 2; ++p) {
+        __builtin_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes);
+        float32x4_t w0[Q], w1[Q];
+#    pragma GCC unroll 4
+        for (int q = 0; q < Q; ++q) {
+            const uint32x4_t v = vld1q_u32((const uint32_t *) (tile + p * 2 * kTile + 8 * (q0 + q)));
+            w0[q] = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));
+            w1[q] = vreinterpretq_f32_u32(vandq_u32(v, high));
+        }
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) {
+            const float a0 = cols[j].f[2 * p], a1 = cols[j].f[2 * p + 1];
+#    pragma GCC unroll 4
+            for (int q = 0; q < Q; ++q) {
+                even[q][j] = vfmaq_n_f32(even[q][j], w0[q], a0);
+                odd[q][j]  = vfmaq_n_f32(odd[q][j], w1[q], a1);
+            }
+        }
+    }
+#    pragma GCC unroll 16
+    for (int i = 0; i < Q * NC; ++i) {
+        vst1q_f32(out[i % NC] + 4 * (q0 + i / NC), vaddq_f32(even[i / NC][i % NC], odd[i / NC][i % NC]));
+    }
+}
+
+template <int NC>
+void tile_neon(const uint16_t * tile, int64_t K, const Column * cols, float (*out)[kTile]) {
+    if (NC <= 2) {
+        rows_neon<NC, 4>(tile, K, cols, out, 0);
+    } else {
+        rows_neon<NC, 2>(tile, K, cols, out, 0);
+        rows_neon<NC, 2>(tile, K, cols, out, 2);
+    }
+}
+
+const TileFn kNeon[4] = {tile_neon<1>, tile_neon<2>, tile_neon<3>, tile_neon<4>};
+#endif  // BF16_NEON
 
 // The last tile of a matrix whose M is not a multiple of 16, widened to 16 rows (zeros) for the vector paths.
 void widen_tile(const uint16_t * tile, int R, int64_t K, std::vector<uint16_t> & wide) {
@@ -367,33 +441,59 @@ __attribute__((target("avx512f"))) void convert_avx512(const float * x, float * 
         if (f) _mm512_storeu_si512(f + k, _mm512_slli_epi32(rounded, 16));
     }
 }
+
+// The same rounding 8 values at a time, for CPUs without AVX-512.
+__attribute__((target("avx2"))) void convert_avx2(const float * x, float * f, uint16_t * h, int64_t K) {
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
+    for (int64_t k = 0; k < K; k += 16) {
+        __m256i r[2];
+#    pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const __m256i bits    = _mm256_loadu_si256((const __m256i *) (x + k + 8 * i));
+            const __m256i lsb     = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+            const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, bias), lsb), 16);
+            const __m256i nan     = _mm256_cmpgt_epi32(_mm256_and_si256(bits, magnitude), infinity);
+            r[i] = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(bits, 16), quiet), nan);
+            if (f) _mm256_storeu_si256((__m256i *) (f + k + 8 * i), _mm256_slli_epi32(r[i], 16));
+        }
+        // packus works within 128-bit lanes: put the 16 halves back in order.
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *) (h + k), packed);
+    }
+}
 #endif
 
-// The most capable path this CPU runs, and the one used by default.
-int best_path() {
+// Whether this CPU (and, for AMX, the OS) can run a path.
+bool runnable(int path) {
 #ifdef BF16_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
-        if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return BF16_PATH_AVX512;
+    switch (path) {
+        case BF16_PATH_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case BF16_PATH_AVX512: return __builtin_cpu_supports("avx512f");
+        case BF16_PATH_AVX512_BF16:
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512bf16");
 #    ifdef BF16_AMX
-        if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && assistant_amx::permitted()) {
-            return BF16_PATH_AMX;
-        }
+        case BF16_PATH_AMX:
+            return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && assistant_amx::permitted();
 #    endif
-        return BF16_PATH_AVX512_BF16;
+        default: break;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BF16_PATH_AVX2;
+#elif defined(BF16_NEON)
+    if (path == BF16_PATH_NEON) return true;  // Advanced SIMD is part of every ARM64 CPU
 #endif
+    return path == BF16_PATH_SCALAR;
+}
+
+// The default: the fastest path we measured that this machine runs (vdpbf16ps is slower than widening
+// plus FMA once several columns share the weights, see bf16-gemm.h).
+int default_path() {
+    for (int path : {BF16_PATH_AMX, BF16_PATH_AVX512, BF16_PATH_AVX2, BF16_PATH_NEON}) {
+        if (runnable(path)) return path;
+    }
     return BF16_PATH_SCALAR;
 }
-
-// Function-local statics: detected on first use, whatever the order of static initialisation.
-int best() {
-    static const int path = best_path();
-    return path;
-}
-
-int default_path() { return best() == BF16_PATH_AMX ? BF16_PATH_AMX : std::min(best(), (int) BF16_PATH_AVX512); }
 
 int & current() {
     static int path = default_path();
@@ -406,7 +506,7 @@ extern "C" {
 
 int bf16_set_path(int path) {
     if (path == BF16_PATH_AUTO) path = default_path();
-    if (path <= best()) current() = path;  // each path needs a subset of the next one's features
+    if (runnable(path)) current() = path;
     return current();
 }
 
@@ -416,6 +516,7 @@ const char * bf16_path_name(void) {
         case BF16_PATH_AVX512_BF16: return "avx512-bf16";
         case BF16_PATH_AVX512: return "avx512";
         case BF16_PATH_AVX2: return "avx2";
+        case BF16_PATH_NEON: return "neon";
         default: return "scalar";
     }
 }
@@ -448,8 +549,12 @@ void bf16_convert_act(const float * x, void * act, int64_t K) {
     uint16_t * h = (uint16_t *) ((float *) act + K);
     float *    f = current() == BF16_PATH_AMX ? nullptr : (float *) act;  // AMX reads only the bf16 copy
 #ifdef BF16_X86
-    if (best() >= BF16_PATH_AVX512) {
+    if (runnable(BF16_PATH_AVX512)) {
         convert_avx512(x, f, h, K);
+        return;
+    }
+    if (runnable(BF16_PATH_AVX2)) {
+        convert_avx2(x, f, h, K);
         return;
     }
 #endif
@@ -468,7 +573,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
         return;
     }
 #endif
-    const int step = path >= BF16_PATH_AVX512 ? 8 : 4;
+    const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : 4;
     thread_local std::vector<uint16_t> wide;
     Column cols[8];
     float  out[8][kTile];
@@ -487,6 +592,9 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
                 case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
                 case BF16_PATH_AVX512: kAvx512[nc - 1](tile, K, cols, out); break;
                 case BF16_PATH_AVX2: kAvx2[nc - 1](tile, K, cols, out); break;
+#endif
+#ifdef BF16_NEON
+                case BF16_PATH_NEON: kNeon[nc - 1](tile, K, cols, out); break;
 #endif
                 default: tile_scalar(tile, R, K, cols, nc, out); break;
             }

@@ -16,7 +16,7 @@ extern "C" {
 enum { BF16_TILE_ROWS = 16 };
 
 // Instruction paths; bf16_set_path() lets tests compare them. Returns the path in use after the call.
-// The scalar, AVX2 and AVX-512 paths widen bf16 weights to f32 and run the same fma sequence, so they agree
+// The scalar, AVX2, AVX-512 and NEON paths widen bf16 weights to f32 and run the same fma sequence, so they agree
 // bit for bit. The AVX512-BF16 path (vdpbf16ps) rounds its pairwise dot products differently; it is not
 // the default because on the Xeon we measured (Emerald Rapids) vdpbf16ps issues about once per two
 // cycles, so widening plus two FMA ports is faster once several columns share the weights.
@@ -27,6 +27,7 @@ enum bf16_path {
     BF16_PATH_AVX512      = 3,
     BF16_PATH_AVX512_BF16 = 4,
     BF16_PATH_AMX         = 5,
+    BF16_PATH_NEON        = 6,  // ARM64: widen + FMA, bit-identical to scalar, AVX2 and AVX-512
 };
 int bf16_set_path(int path);
 const char * bf16_path_name(void);

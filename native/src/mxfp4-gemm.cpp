@@ -18,6 +18,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #    include <immintrin.h>
 #    define MXFP4_X86 1
+#elif defined(__aarch64__)
+#    include <arm_neon.h>
+#    define MXFP4_NEON 1
+#    include "arm-features.h"
 #endif
 #include "amx-tiles.h"
 #if defined(MXFP4_X86) && defined(ASSISTANT_AMX)
@@ -34,6 +38,8 @@ constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, 
 // with the hardware prefetchers alone, DRAM time and compute time simply added up at N = 8 (5 GB/s);
 // 4 KB ahead lets them overlap (8.5 GB/s, close to N = 1). 2 KB and 8 KB were slightly worse.
 constexpr int kPrefetchBytes = 4096;
+// The AMX path takes batches of this many columns or more (vpdpbusd is as fast below; see tile_amx).
+constexpr int kAmxMinColumns = 9;
 
 // E8M0 exponent -> 2^(e - 127) / 2 (the half undoes the doubled code values).
 struct ScaleTable {
@@ -56,6 +62,12 @@ struct FlushDenormals {
     FlushDenormals() { _mm_setcsr(saved | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
     ~FlushDenormals() { _mm_setcsr(saved); }
 };
+#elif defined(MXFP4_NEON)
+struct FlushDenormals {  // FPCR.FZ (bit 24): the same flush on ARM64, inputs and outputs
+    uint64_t saved = assistant_arm::fpcr();
+    FlushDenormals() { assistant_arm::set_fpcr(saved | (1u << 24)); }
+    ~FlushDenormals() { assistant_arm::set_fpcr(saved); }
+};
 #else
 struct FlushDenormals {};
 #endif
@@ -76,6 +88,8 @@ size_t tile_bytes(int rows, int64_t nb) { return (size_t) rows * nb * MXFP4_BLOC
 
 // Code byte i (0..15) of row r in block b of a tile with R rows.
 inline uint8_t code_byte(const uint8_t * blk, int R, int r, int i) { return blk[R + (i / 4) * 4 * R + 4 * r + i % 4]; }
+
+using TileFn = void (*)(const uint8_t *, int64_t, const Column *, float (*)[kTile]);
 
 void tile_scalar(const uint8_t * tile, int R, int64_t nb, const Column * cols, int nc, float (*out)[kTile]) {
     const float * scales = scale_table();
@@ -200,6 +214,62 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
     }
 }
 
+// AVX2 without VNNI: vpmaddubsw multiplies the unsigned expanded weights by the signed activations and
+// adds neighbouring pairs into int16 (|pair| <= 2 * 24 * 127 = 6096), four such vectors still fit int16
+// (24384), and vpmaddwd by ones widens them to int32: the same exact isum as vpdpbusd gives. Like the
+// AVX-VNNI path, the tile is done as two halves of 8 rows (16 vector registers). The weight scales come
+// from the exponent bits directly (2^(e - 128) is the float with exponent field e - 1), as gathers are slow
+// on the CPUs that need this path; e <= 1 gives a subnormal scale, which the denormal flush makes zero on
+// every path.
+__attribute__((target("avx2,fma"))) inline __m256 weight_scales_avx2(const uint8_t * exponents) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_subs_epu8(_mm_loadl_epi64((const __m128i *) exponents), _mm_set1_epi8(1)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+
+template <int NC>
+__attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
+                                                   float (*out)[kTile]) {
+    const __m256i lut  = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
+    const __m256i low  = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NC];
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+#    pragma GCC unroll 5
+            for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+            const __m256 ws = weight_scales_avx2(blk + 8 * h);
+            __m256i      w[8];
+#    pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + kTile + 64 * c + 32 * h));
+                w[c]     = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+                w[c + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            }
+#    pragma GCC unroll 4
+            for (int j = 0; j < NC; ++j) {
+                const int8_t * q = cols[j].q + b * kBlock;
+                __m256i s[2];
+#    pragma GCC unroll 2
+                for (int g = 0; g < 2; ++g) {
+                    const __m256i p0 = _mm256_maddubs_epi16(w[4 * g + 0], _mm256_set1_epi32(load_i32(q + 16 * g + 0)));
+                    const __m256i p1 = _mm256_maddubs_epi16(w[4 * g + 1], _mm256_set1_epi32(load_i32(q + 16 * g + 4)));
+                    const __m256i p2 = _mm256_maddubs_epi16(w[4 * g + 2], _mm256_set1_epi32(load_i32(q + 16 * g + 8)));
+                    const __m256i p3 = _mm256_maddubs_epi16(w[4 * g + 3], _mm256_set1_epi32(load_i32(q + 16 * g + 12)));
+                    s[g] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), ones);
+                }
+                const __m256i isum  = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_set1_epi32(cols[j].bias[b]));
+                const __m256  scale = _mm256_mul_ps(ws, _mm256_set1_ps(cols[j].d[b]));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) _mm256_storeu_ps(out[j] + 8 * h, acc[j]);
+    }
+}
+
 #    ifdef MXFP4_AMX
 // AMX-INT8, for batches of 9 or more columns: there vpdpbusd (64 multiply-adds a cycle) makes the kernel
 // compute-bound, a batch of 16 costing 4.7x one column in L2. One TDPBSSD multiplies up to 16 columns'
@@ -211,7 +281,6 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // TDPBSSD's depth), a store of its sums and the float steps. Measured on the padded bench model's shapes,
 // 2 threads, L2-resident: 25-35% faster than vpdpbusd from 9 to 64 columns, equal at 8, slower below.
 // Tiles: 0-1 results (columns x 16 rows of int32), 2-3 activations (columns x 32 int8), 4-5 weights.
-constexpr int kAmxMinColumns = 9;
 
 // ``columns`` rows in the result and activation tiles: a batch of N <= 16 loads and stores only N rows.
 __attribute__((target("amx-tile,amx-int8"))) void amx_configure(int columns) {
@@ -223,6 +292,9 @@ __attribute__((target("amx-tile,amx-int8"))) void amx_configure(int columns) {
     }
     _tile_loadconfig(&config);
 }
+
+// Releasing the tiles is an AMX instruction too, so it needs a function compiled for AMX.
+__attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
 
 constexpr int kAmxGroup = 8;  // blocks expanded, multiplied, then finished together
 
@@ -315,11 +387,10 @@ const AmxTileFn kAmx[16] = {tile_amx<1>,  tile_amx<2>,  tile_amx<3>,  tile_amx<4
                             tile_amx<13>, tile_amx<14>, tile_amx<15>, tile_amx<16>};
 #    endif  // MXFP4_AMX
 
-using TileFn = void (*)(const uint8_t *, int64_t, const Column *, float (*)[kTile]);
-
 const TileFn kAvx512[8] = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                            tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
 const TileFn kAvxVnni[4] = {tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>};
+const TileFn kAvx2[4]    = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
 
 __attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x, int8_t * q, float * d,
                                                                    int32_t * bias, int64_t K) {
@@ -335,23 +406,124 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x
         bias[b] = -kOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     }
 }
+// The same steps as the scalar quantizer, 8 values at a time (vcvtps2dq rounds to nearest even).
+__attribute__((target("avx2,fma"))) void quantize_avx2(const float * x, int8_t * q, float * d, int32_t * bias,
+                                                       int64_t K) {
+    const __m256  sign  = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < K / kBlock; ++b) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+#    pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(x + b * kBlock + 8 * i);
+            m    = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float  scale = _mm_cvtss_f32(m4) / 127.0f;
+        const __m256 inv   = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+        __m256i      r[4];
+#    pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        _mm256_storeu_si256((__m256i *) (q + b * kBlock), _mm256_permutevar8x32_epi32(packed, order));
+        const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+        __m128i       sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+        sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4e));
+        sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xb1));
+        d[b]    = scale;
+        bias[b] = -kOffset * _mm_cvtsi128_si32(sum4);
+    }
+}
 #endif  // MXFP4_X86
 
-int detect_path() {
+#ifdef MXFP4_NEON
+// ARM64 with the dot-product extension: sdot multiplies signed int8 directly, so the weights expand to
+// the signed doubled values (no +12 offset, no bias term: the same integer isum). A 128-bit register holds
+// 4 rows x 4 values, so the tile is done in quarters of 4 rows; one block's 8 weight registers stay put
+// while all NC columns use them, each column's 32 activations in two registers, picked by lane.
+template <int NC>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void tile_neon(const uint8_t * tile, int64_t nb, const Column * cols,
+                                                   float (*out)[kTile]) {
+    const int8x16_t  lut    = vld1q_s8(kValues);
+    const uint8x16_t low    = vdupq_n_u8(0x0f);
+    const float *    scales = scale_table();
+    for (int quarter = 0; quarter < 4; ++quarter) {
+        float32x4_t acc[NC];
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) acc[j] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+            __builtin_prefetch(blk + kPrefetchBytes);
+            __builtin_prefetch(blk + kPrefetchBytes + 64);
+            __builtin_prefetch(blk + kPrefetchBytes + 128);
+            __builtin_prefetch(blk + kPrefetchBytes + 192);
+            __builtin_prefetch(blk + kPrefetchBytes + 256);
+            const uint8_t *   e  = blk + 4 * quarter;
+            const float32x4_t ws = {scales[e[0]], scales[e[1]], scales[e[2]], scales[e[3]]};
+            int8x16_t         w[8];
+#    pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const uint8x16_t v = vld1q_u8(blk + kTile + 64 * c + 16 * quarter);
+                w[c]     = vqtbl1q_s8(lut, vandq_u8(v, low));
+                w[c + 4] = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
+            }
+#    pragma GCC unroll 4
+            for (int j = 0; j < NC; ++j) {
+                const int8_t *  q  = cols[j].q + b * kBlock;
+                const int8x16_t q0 = vld1q_s8(q), q1 = vld1q_s8(q + 16);
+                int32x4_t       s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+                s0 = vdotq_laneq_s32(s0, w[0], q0, 0);
+                s1 = vdotq_laneq_s32(s1, w[1], q0, 1);
+                s0 = vdotq_laneq_s32(s0, w[2], q0, 2);
+                s1 = vdotq_laneq_s32(s1, w[3], q0, 3);
+                s0 = vdotq_laneq_s32(s0, w[4], q1, 0);
+                s1 = vdotq_laneq_s32(s1, w[5], q1, 1);
+                s0 = vdotq_laneq_s32(s0, w[6], q1, 2);
+                s1 = vdotq_laneq_s32(s1, w[7], q1, 3);
+                const float32x4_t scale = vmulq_n_f32(ws, cols[j].d[b]);
+                acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vaddq_s32(s0, s1)), scale);
+            }
+        }
+#    pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) vst1q_f32(out[j] + 4 * quarter, acc[j]);
+    }
+}
+
+const TileFn kNeon[4] = {tile_neon<1>, tile_neon<2>, tile_neon<3>, tile_neon<4>};
+#endif  // MXFP4_NEON
+
+// Whether this CPU (and, for AMX, the OS) can run a path.
+bool runnable(int path) {
 #ifdef MXFP4_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    const bool avx2   = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vnni");
+    switch (path) {
+        case MXFP4_PATH_AVX2: return avx2;
+        case MXFP4_PATH_AVX_VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+        case MXFP4_PATH_AVX512_VNNI: return avx512;
 #    ifdef MXFP4_AMX
-        if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") && assistant_amx::permitted()) {
-            return MXFP4_PATH_AMX;
-        }
+        case MXFP4_PATH_AMX:
+            return avx512 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") &&
+                   assistant_amx::permitted();
 #    endif
-        return MXFP4_PATH_AVX512_VNNI;
+        default: break;
     }
-    if (__builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        return MXFP4_PATH_AVX_VNNI;
-    }
+#elif defined(MXFP4_NEON)
+    if (path == MXFP4_PATH_NEON) return assistant_arm::has_dotprod();
 #endif
+    return path == MXFP4_PATH_SCALAR;
+}
+
+// The fastest path this machine runs, in the order we measured them.
+int detect_path() {
+    for (int path : {MXFP4_PATH_AMX, MXFP4_PATH_AVX512_VNNI, MXFP4_PATH_AVX_VNNI, MXFP4_PATH_AVX2, MXFP4_PATH_NEON}) {
+        if (runnable(path)) return path;
+    }
     return MXFP4_PATH_SCALAR;
 }
 
@@ -384,7 +556,7 @@ extern "C" {
 
 int mxfp4_set_path(int path) {
     if (path == MXFP4_PATH_AUTO) path = best();
-    if (path <= best()) current() = path;  // paths are ordered: each needs a subset of the next one's features
+    if (runnable(path)) current() = path;
     return current();
 }
 
@@ -393,6 +565,8 @@ const char * mxfp4_path_name(void) {
         case MXFP4_PATH_AMX: return "amx";
         case MXFP4_PATH_AVX512_VNNI: return "avx512-vnni";
         case MXFP4_PATH_AVX_VNNI: return "avx-vnni";
+        case MXFP4_PATH_AVX2: return "avx2";
+        case MXFP4_PATH_NEON: return "neon";
         default: return "scalar";
     }
 }
@@ -441,8 +615,12 @@ size_t mxfp4_act_bytes(int64_t K) {
 void mxfp4_quantize_act(const float * x, void * act, int64_t K) {
     const Column c = column(act, 0, 0, K);
 #ifdef MXFP4_X86
-    if (current() >= MXFP4_PATH_AVX512_VNNI) {
+    if (current() == MXFP4_PATH_AVX512_VNNI || current() == MXFP4_PATH_AMX) {
         quantize_avx512(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
+        return;
+    }
+    if (current() != MXFP4_PATH_SCALAR) {
+        quantize_avx2(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
         return;
     }
 #endif
@@ -509,6 +687,10 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
 #ifdef MXFP4_X86
                 case MXFP4_PATH_AVX512_VNNI: kAvx512[nc - 1](tile, nb, cols, out); break;
                 case MXFP4_PATH_AVX_VNNI: kAvxVnni[nc - 1](tile, nb, cols, out); break;
+                case MXFP4_PATH_AVX2: kAvx2[nc - 1](tile, nb, cols, out); break;
+#endif
+#ifdef MXFP4_NEON
+                case MXFP4_PATH_NEON: kNeon[nc - 1](tile, nb, cols, out); break;
 #endif
                 default: tile_scalar(tile, R, nb, cols, nc, out); break;
             }
@@ -516,7 +698,7 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
         }
     }
 #ifdef MXFP4_AMX
-    if (path == MXFP4_PATH_AMX) _tile_release();
+    if (path == MXFP4_PATH_AMX) amx_release();
 #endif
 }
 

@@ -19,13 +19,15 @@ extern "C" {
 enum { MXFP4_TILE_ROWS = 16, MXFP4_BLOCK = 32, MXFP4_BLOCK_BYTES = 17 };
 
 // Instruction paths; mxfp4_set_path() lets tests compare them. Returns the path in use after the call
-// (an unavailable path is refused and the current one kept).
+// (a path this CPU cannot run is refused and the current one kept).
 enum mxfp4_path {
     MXFP4_PATH_AUTO        = 0,
     MXFP4_PATH_SCALAR      = 1,
     MXFP4_PATH_AVX_VNNI    = 2,
     MXFP4_PATH_AVX512_VNNI = 3,
     MXFP4_PATH_AMX         = 4,  // AMX-INT8 from 9 columns on (AVX512-VNNI below), same bits
+    MXFP4_PATH_AVX2        = 5,  // vpmaddubsw + vpmaddwd, for CPUs without VNNI
+    MXFP4_PATH_NEON        = 6,  // ARM64 sdot (vdotq_s32)
 };
 int mxfp4_set_path(int path);
 const char * mxfp4_path_name(void);

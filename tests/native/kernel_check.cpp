@@ -1,0 +1,175 @@
+// Checks every instruction path of our kernels that this CPU runs against the scalar reference, bit for
+// bit, and the scalar path against float64 arithmetic; then batch invariance (a column's bits do not
+// depend on N or on the row split). Standalone, so it also runs where Python cannot load the library:
+// tests/test_native_arm64.py cross-compiles it for ARM64 and runs it under qemu-user.
+//
+// Prints one line per check and ends with "N passed, M failed"; exits non-zero on any failure.
+#include "bf16-gemm.h"
+#include "mxfp4-gemm.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int passed = 0, failed = 0;
+
+void check(bool ok, const std::string & what) {
+    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+    (ok ? passed : failed)++;
+}
+
+struct Path {
+    const char * name;
+    int          id;
+};
+
+// Runs gemm over row ranges split at the given tile boundaries.
+template <class Gemm>
+std::vector<float> run(Gemm gemm, int64_t M, int64_t N, const std::vector<int64_t> & splits) {
+    std::vector<float> dst(M * N, NAN);
+    for (size_t s = 0; s + 1 < splits.size(); ++s) gemm(N, dst.data(), splits[s], splits[s + 1]);
+    return dst;
+}
+
+bool same_bits(const std::vector<float> & a, const std::vector<float> & b, size_t n) {
+    return std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0;
+}
+
+// The common checks of one kernel: the runnable paths agree with scalar, scalar with float64, and every
+// path is batch invariant. prepare(path) fills the activations for that path and returns their stride.
+template <class Prepare, class Gemm, class SetPath>
+void check_kernel(const char * kind, const std::vector<Path> & paths, SetPath set_path, Prepare prepare, Gemm gemm,
+                  int64_t M, int64_t N, const std::vector<double> & reference) {
+    set_path(1);
+    prepare();
+    const std::vector<float> scalar = run(gemm, M, N, {0, M});
+    double worst = 0.0;
+    for (int64_t i = 0; i < M * N; ++i) {
+        const double scale = std::fabs(reference[M * N + i]) + 1e-30;  // sum of |terms|
+        worst = std::max(worst, std::fabs(scalar[i] - reference[i]) / scale);
+    }
+    char note[64];
+    std::snprintf(note, sizeof note, " scalar vs float64 (worst relative error %.1e)", worst);
+    check(worst < 1e-5, kind + std::string(note));
+    for (const Path & p : paths) {
+        if (set_path(p.id) != p.id) {
+            std::printf("skip %s %s: this CPU cannot run it\n", kind, p.name);
+            continue;
+        }
+        prepare();
+        const std::vector<float> whole = run(gemm, M, N, {0, M});
+        check(same_bits(whole, scalar, M * N), std::string(kind) + " " + p.name + " equals scalar bit for bit");
+        bool invariant = true;
+        for (int64_t n : {1, 2, 3, 5, 8, 9}) {
+            for (const std::vector<int64_t> & splits : {std::vector<int64_t>{0, M}, {0, 16, M}, {0, 32, 48, M}}) {
+                const std::vector<float> part = run(gemm, M, n, splits);
+                invariant = invariant && same_bits(part, whole, M * n);
+            }
+        }
+        check(invariant, std::string(kind) + " " + p.name + " is batch invariant");
+    }
+    set_path(0);
+}
+
+void check_mxfp4(std::mt19937 & rng) {
+    const int64_t M = 45, K = 224, N = 9, nb = K / MXFP4_BLOCK;
+    static const double kE2M1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6};
+    std::vector<uint8_t> blocks(M * nb * MXFP4_BLOCK_BYTES), packed(blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        blocks[i] = (uint8_t) rng();
+        if (i % MXFP4_BLOCK_BYTES == 0) blocks[i] = rng() % 5 == 0 ? 0 : (uint8_t) (118 + rng() % 12);
+    }
+    mxfp4_pack(blocks.data(), packed.data(), M, K);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(N * K);
+    for (float & v : x) v = normal(rng);
+    const size_t         stride = mxfp4_act_bytes(K);
+    std::vector<uint8_t> act(N * stride);
+    auto prepare = [&] {
+        for (int64_t j = 0; j < N; ++j) mxfp4_quantize_act(&x[j * K], &act[j * stride], K);
+    };
+    auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        mxfp4_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    // float64 reference over the quantized activations: sum and sum of |terms| per output.
+    mxfp4_set_path(1);
+    prepare();
+    std::vector<double> reference(2 * M * N, 0.0);
+    for (int64_t j = 0; j < N; ++j) {
+        const int8_t * q = (const int8_t *) &act[j * stride];
+        const float *  d = (const float *) (q + K);
+        for (int64_t r = 0; r < M; ++r) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t * blk = &blocks[(r * nb + b) * MXFP4_BLOCK_BYTES];
+                const double    ws  = blk[0] < 2 ? 0.0 : std::ldexp(1.0, blk[0] - 127);  // e <= 1: flushed
+                for (int i = 0; i < 32; ++i) {
+                    const int    code = i < 16 ? blk[1 + i] & 15 : blk[1 + i - 16] >> 4;
+                    const double t    = kE2M1[code] * ws * q[b * 32 + i] * (double) d[b];
+                    reference[j * M + r] += t;
+                    reference[M * N + j * M + r] += std::fabs(t);
+                }
+            }
+        }
+    }
+    const std::vector<Path> paths = {{"avx2", MXFP4_PATH_AVX2}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
+                                     {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX},
+                                     {"neon", MXFP4_PATH_NEON}};
+    check_kernel("mxfp4", paths, mxfp4_set_path, prepare, gemm, M, N, reference);
+    std::printf("mxfp4 default path: %s\n", mxfp4_path_name());
+}
+
+void check_bf16(std::mt19937 & rng) {
+    const int64_t M = 45, K = 224, N = 9;
+    std::vector<uint16_t> w(M * K), packed(M * K);
+    for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));  // |x| in [2^-7, 2^-5)
+    bf16_pack(w.data(), packed.data(), M, K);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(N * K);
+    for (float & v : x) v = normal(rng);
+    const size_t         stride = bf16_act_bytes(K);
+    std::vector<uint8_t> act(N * stride);
+    auto prepare = [&] {
+        for (int64_t j = 0; j < N; ++j) bf16_convert_act(&x[j * K], &act[j * stride], K);
+    };
+    auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        bf16_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    auto widen = [](uint16_t v) {
+        const uint32_t bits = (uint32_t) v << 16;
+        float          f;
+        std::memcpy(&f, &bits, 4);
+        return (double) f;
+    };
+    bf16_set_path(1);
+    prepare();
+    std::vector<double> reference(2 * M * N, 0.0);
+    for (int64_t j = 0; j < N; ++j) {
+        const uint16_t * h = (const uint16_t *) ((const float *) &act[j * stride] + K);
+        for (int64_t r = 0; r < M; ++r) {
+            for (int64_t k = 0; k < K; ++k) {
+                const double t = widen(w[r * K + k]) * widen(h[k]);
+                reference[j * M + r] += t;
+                reference[M * N + j * M + r] += std::fabs(t);
+            }
+        }
+    }
+    // AVX512-BF16 and AMX round their pair products differently: not in this bit-for-bit list.
+    const std::vector<Path> paths = {{"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512}, {"neon", BF16_PATH_NEON}};
+    check_kernel("bf16", paths, bf16_set_path, prepare, gemm, M, N, reference);
+    std::printf("bf16 default path: %s\n", bf16_path_name());
+}
+
+}  // namespace
+
+int main() {
+    std::mt19937 rng(7);
+    check_mxfp4(rng);
+    check_bf16(rng);
+    std::printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
