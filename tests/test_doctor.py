@@ -1,5 +1,8 @@
-"""`assistant doctor` on this machine: CPU features from /proc/cpuinfo, our kernels, model sets."""
+"""`assistant doctor` on this machine: CPU features from /proc/cpuinfo, our kernels' paths, model sets."""
 
+import os
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -7,27 +10,71 @@ from pathlib import Path
 import pytest
 
 from assistant import modelsets
-from assistant.commands.doctor import CPU_FEATURES, cpu_model_and_flags
 
 
-def doctor():
-    return subprocess.run([sys.executable, "-m", "assistant", "doctor"], capture_output=True, text=True)
+def doctor(**env):
+    return subprocess.run([sys.executable, "-m", "assistant", "doctor"], capture_output=True, text=True,
+                          env={**os.environ, **env})
 
 
-def test_reports_cpu_features_as_the_kernel_sees_them():
-    _, flags = cpu_model_and_flags()
+def flags_read_here() -> set[str]:
+    """The first flags line of /proc/cpuinfo, read independently of the code under test."""
+    match = re.search(r"^(?:flags|Features)\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+    return set(match.group(1).split()) if match else set()
+
+
+def line(out: str, label: str) -> str:
+    return next(row for row in out.splitlines() if row.startswith(label))
+
+
+has_avx2 = {"avx2", "fma"} <= flags_read_here() if Path("/proc/cpuinfo").exists() else False
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads /proc/cpuinfo")
+def test_reports_cpu_features_and_class_from_cpuinfo():
+    flags = flags_read_here()
     out = doctor().stdout
-    features = next(line for line in out.splitlines() if line.startswith("CPU features"))
-    for flag, name in CPU_FEATURES.items():
-        assert f"{name} {'yes' if flag in flags else 'no'}" in features
+    features = line(out, "CPU features")
+    for flag, name in (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_vnni", "AVX512-VNNI"), ("amx_int8", "AMX-INT8")):
+        assert f"{name} {'yes' if flag in flags else 'no'}" in features, (flag, features)
+    kind = line(out, "CPU class")
+    if platform.machine() == "x86_64":
+        expected = ("AMX" if "amx_int8" in flags else "AVX512-VNNI" if "avx512_vnni" in flags
+                    else "AVX-VNNI" if "avx_vnni" in flags else "AVX2" if "avx2" in flags else "no AVX2")
+        assert kind.endswith(expected) or f"x86-64 {expected}" in kind, (expected, kind)
 
 
-@pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or "avx512_vnni" not in Path("/proc/cpuinfo").read_text(),
-                    reason="needs a CPU with AVX512-VNNI")
-def test_our_kernel_is_compiled_in_and_active():
+@pytest.mark.skipif(not has_avx2, reason="our fast paths need AVX2 and FMA on x86-64")
+def test_fast_paths_are_active_and_all_good():
     result = doctor()
-    line = next(line for line in result.stdout.splitlines() if line.startswith("our kernels"))
-    assert "mxfp4=" in line and "mxfp4=stock" not in line, line
+    kernels = line(result.stdout, "our kernels")
+    for kind in ("mxfp4", "bf16"):
+        path = re.search(rf"{kind}=(\S+)", kernels).group(1)
+        assert path not in ("stock", "scalar"), kernels
+    assert "warning:" not in result.stdout and result.stdout.rstrip().endswith("all good"), result.stdout
+
+
+def test_forced_scalar_path_is_a_warning_not_all_good():
+    result = doctor(ASSISTANT_MXFP4_KERNEL="scalar")
+    assert "mxfp4=scalar" in line(result.stdout, "our kernels")
+    assert "warning: MXFP4 runs our scalar reference path" in result.stdout
+    assert "all good" not in result.stdout and result.returncode == 0
+
+
+def test_stock_switch_is_named_in_a_warning():
+    result = doctor(ASSISTANT_BF16_KERNEL="stock")
+    assert "bf16=stock" in line(result.stdout, "our kernels")
+    assert "warning: BF16 runs llama.cpp's stock kernel (ASSISTANT_BF16_KERNEL=stock)" in result.stdout
+
+
+@pytest.mark.skipif("amx_int8" in flags_read_here() if Path("/proc/cpuinfo").exists() else True,
+                    reason="needs a CPU without AMX to ask for a path it cannot run")
+def test_a_path_the_cpu_cannot_run_is_refused_not_run():
+    """Forcing AMX on a CPU without it says so and keeps the best path (running it would die of SIGILL)."""
+    result = doctor(ASSISTANT_MXFP4_KERNEL="amx")
+    assert result.returncode == 0, result.stderr
+    assert "ASSISTANT_MXFP4_KERNEL=amx: this CPU cannot run that path" in result.stderr
+    assert "mxfp4=amx" not in line(result.stdout, "our kernels")
 
 
 def test_missing_model_file_is_a_problem_and_exit_code(tmp_path):

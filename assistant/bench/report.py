@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from assistant import cpu
 from assistant.bench.pipelines import BASELINE, LABELS, LLAMA_CPP, PAPER
 
 GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
@@ -17,12 +18,14 @@ MULTI_LEVEL = ("mlsd", "mlsd-adaptive", "mlsd-adaptive-mxfp4")
 
 
 def machine() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    this = cpu.this_cpu()
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+            "cpu": this.model, "cpu_class": this.kind}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+        info["kernels"] = cpu.kernel_description()
+    except (ImportError, LookupError):
+        info["kernels"] = "unknown"
+    try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal"):
                 info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
@@ -57,6 +60,10 @@ def write_json(report: dict, path: Path) -> None:
     path.write_text(json.dumps(slim, indent=1) + "\n")
 
 
+def _gbps(value) -> str:
+    return f"{value:.1f} GB/s" if value else "not measured"
+
+
 def _x(value) -> str:
     return f"{value:.2f}x" if value else "—"
 
@@ -70,8 +77,10 @@ def markdown(report: dict) -> str:
     lines = [
         "# `assistant bench`",
         "",
-        f"Machine: {info.get('cpu', '?')}, {info.get('cpus', '?')} logical CPUs, L3 {info.get('l3', '?')}, "
-        f"{info.get('memory_gib', '?')} GiB; {info.get('platform', '')}; commit {info.get('commit', '?')}; {info['date']}.",
+        f"Machine: {info.get('cpu', '?')} [{info.get('cpu_class', '?')}], {info.get('cpus', '?')} logical CPUs, "
+        f"L3 {info.get('l3', '?')}, {info.get('memory_gib', '?')} GiB; {info.get('platform', '')}; commit "
+        f"{info.get('commit', '?')}; {info['date']}. Our kernels: {info.get('kernels', '?')}. Measured read "
+        f"bandwidth: {_gbps(info.get('read_bandwidth_gbps'))}.",
         "",
         f"Settings: greedy, {settings['max_tokens']} new tokens, {settings['threads']} threads, "
         f"prompts from `{settings['prompts_file']}` (count per workload below), context {settings['n_ctx']}; pipelines "
@@ -83,17 +92,19 @@ def markdown(report: dict) -> str:
         "",
     ]
     for key, workload in report["workloads"].items():
-        lines += _workload_section(workload)
+        lines += _workload_section(workload, info.get("read_bandwidth_gbps"))
     if report.get("kernel"):
         lines += ["## Kernel sweep (paper Figure 7)", "", report["kernel"].get("markdown", "").strip(), "",
                   "![kernel sweep](kernels.png)", ""]
     return "\n".join(lines) + "\n"
 
 
-def _workload_section(workload: dict) -> list[str]:
+def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> list[str]:
     info, summary = workload["workload"], workload["summary"]
     params = info["parameters"]
     sizes = info["file_bytes"]
+    # Speed of light: plain decoding reads every weight of the BF16 target once per token.
+    light = bandwidth_gbps * 1e9 / sizes["target"] if bandwidth_gbps else None
     lines = [
         f"## Workload {info['title']}",
         "",
@@ -106,11 +117,14 @@ def _workload_section(workload: dict) -> list[str]:
     if info.get("padding"):
         lines.append(f"Padding (zero-output capacity, outputs unchanged): target {info['padding']['target']}, "
                      f"draft {info['padding']['draft']}.")
+    if light:
+        lines.append(f"Speed of light (read bandwidth / BF16 target bytes, the rate of plain decoding that reads the "
+                     f"weights at full bandwidth): {light:.1f} tokens/s; the x SoL column divides tokens/s by it.")
     lines += [
         "",
-        "| pipeline | speedup (geomean) | min | median | max | tokens/s (median) | prompts differing from (i) "
+        "| pipeline | speedup (geomean) | min | median | max | tokens/s (median) | x SoL | prompts differing from (i) "
         "| paper, QA Llama2-7B (Table I) | paper, code Qwen2.5-Coder-7B (Table II/III) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, row in summary.items():
         paper = PAPER.get(key, {})
@@ -120,7 +134,8 @@ def _workload_section(workload: dict) -> list[str]:
             label += f" ({best['draft']} draft, n={best['draft_length']})"
         lines.append(
             f"| {label} | {_x(row['speedup_geomean'])} | {_x(row['speedup_min'])} | {_x(row['speedup_median'])} "
-            f"| {_x(row['speedup_max'])} | {row['tokens_per_second_median']:.1f} | {row['differing_prompts']} of "
+            f"| {_x(row['speedup_max'])} | {row['tokens_per_second_median']:.1f} "
+            f"| {_x(row['tokens_per_second_median'] / light if light else None)} | {row['differing_prompts']} of "
             f"{row['prompts']} | {_x(paper.get('qa'))} | {_x(paper.get('code'))} |")
     lines += ["", "Per level (level 0 is the target; a draft's alpha and tau are measured by the level above it; share "
               "of time = llama_decode time in that level's context over the pipeline's wall time, the rest is "

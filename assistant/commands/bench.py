@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from assistant.errors import AssistantError
@@ -108,6 +109,7 @@ def run(args) -> int:
         "machine": report.machine(),
         "workloads": {},
     }
+    result["machine"]["read_bandwidth_gbps"] = _read_bandwidth(args.threads, log)
     for key in keys_of_workloads:
         workload = workloads.prepare(key, args.models, args.cache, log)
         chosen_prompts = prompts if key == "a" or limit else prompts[: args.limit_b]
@@ -125,6 +127,18 @@ def run(args) -> int:
     print(text)
     log(f"[bench] wrote {args.out}/bench.json, bench.md and charts in {result['seconds'] / 60:.1f} min")
     return 0
+
+
+def _read_bandwidth(threads: int, log) -> float | None:
+    """Measured read bandwidth (GB/s): with the target's size it gives plain decoding's speed of light."""
+    from native import bench as kernel_bench
+
+    log("[bench] measuring read bandwidth")
+    try:
+        return kernel_bench.read_bandwidth(kernel_bench.mulmat_tool(kernel_bench.native_dir()), threads)
+    except (OSError, subprocess.SubprocessError, StopIteration) as error:
+        log(f"[bench] read bandwidth not measured ({error}); the speed-of-light column stays empty")
+        return None
 
 
 def _charts(charts, record: dict, out: Path, key: str, log) -> None:

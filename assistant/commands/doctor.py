@@ -1,61 +1,22 @@
 """Check this machine and installation: CPU features, our kernels, the llama.cpp build, model sets, disk.
 
-Exits non-zero, naming each problem, when something a user needs is missing.
+Exits non-zero, naming each problem, when something a user needs is missing; warns (exit 0) when a weight
+type runs a slower path than this CPU could, or llama.cpp's stock kernel.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import shutil
 from pathlib import Path
 
-HELP = "check the CPU, the native backend, the model sets and the data directory"
+from assistant import cpu
 
-# /proc/cpuinfo flag -> the name people know it by
-CPU_FEATURES = {
-    "avx2": "AVX2",
-    "avx512f": "AVX-512",
-    "avx512_vnni": "AVX512-VNNI",
-    "avx_vnni": "AVX-VNNI",
-    "avx_vnni_int8": "AVX-VNNI-INT8",
-    "avx512_bf16": "AVX512-BF16",
-    "amx_int8": "AMX-INT8",
-}
+HELP = "check the CPU, the native backend, the model sets and the data directory"
 
 
 def add_arguments(parser) -> None:
     pass
-
-
-def cpu_model_and_flags() -> tuple[str, set[str]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return model, flags
-
-
-def kernel_description() -> str:
-    """What our kernels report through the symbol the patched libggml-cpu exports."""
-    import llama_cpp
-
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    for lib in sorted(lib_dir.glob("libggml-cpu*.so")):
-        try:
-            describe = ctypes.CDLL(str(lib)).assistant_kernels_describe
-        except (OSError, AttributeError):
-            continue
-        describe.restype = ctypes.c_char_p
-        return describe().decode()
-    raise LookupError(f"no libggml-cpu in {lib_dir} exports assistant_kernels_describe")
 
 
 def human_size(size: float) -> str:
@@ -70,13 +31,15 @@ def run(args) -> int:
     from assistant import home, modelsets
 
     problems: list[str] = []
+    warnings: list[str] = []
 
     def row(label: str, value: str) -> None:
         print(f"{label:<22} {value}")
 
-    model, flags = cpu_model_and_flags()
-    row("CPU", f"{model} ({os.cpu_count()} logical cores)")
-    row("CPU features", "  ".join(f"{name} {'yes' if flag in flags else 'no'}" for flag, name in CPU_FEATURES.items()))
+    this = cpu.this_cpu()
+    row("CPU", f"{this.model} ({os.cpu_count()} logical cores)")
+    row("CPU class", this.kind)
+    row("CPU features", "  ".join(f"{name} {'yes' if flag in this.flags else 'no'}" for flag, name in cpu.FEATURES.items()))
 
     try:
         import llama_cpp
@@ -85,11 +48,11 @@ def run(args) -> int:
         info = llama_cpp.llama_print_system_info().decode().strip()
         row("llama.cpp build", info)
         try:
-            description = kernel_description()
-            active = [part for part in description.split() if not part.endswith("=stock")]
-            row("our kernels", f"{description} ({'active' if active else 'compiled in, switched to stock'})")
-            if not active:
-                problems.append("our MXFP4/BF16 kernels are switched off (ASSISTANT_*_KERNEL=stock or no CPU support)")
+            description = cpu.kernel_description()
+            paths = cpu.kernel_paths(description)
+            fast = [kind for kind, path in paths.items() if path not in ("stock", "scalar")]
+            row("our kernels", f"{description} ({'active' if fast else 'not in use'})")
+            warnings += cpu.kernel_warnings(description)
         except LookupError as error:
             row("our kernels", "missing")
             problems.append(f"the installed llama-cpp-python is not our patched build: {error}; run `make setup`")
@@ -120,10 +83,13 @@ def run(args) -> int:
         for path in model_set.missing_files():
             problems.append(f"model set {model_set.name!r}: {path} is missing")
 
-    if problems:
+    if problems or warnings:
         print()
-        for problem in problems:
-            print(f"problem: {problem}")
+    for warning in warnings:
+        print(f"warning: {warning}")
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
         return 1
-    print("\nall good")
+    print("\nall good" if not warnings else f"\nworks, with {len(warnings)} warning(s) above")
     return 0

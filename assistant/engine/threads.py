@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from assistant.cpu import cpuinfo_records
+
 
 def default_threads() -> int:
     configured = os.environ.get("ASSISTANT_THREADS")
@@ -19,17 +21,10 @@ def physical_cores() -> int:
     """Distinct (socket, core) pairs among the CPUs this process may run on."""
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     cores = set()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            processor = physical_id = None
-            for line in cpuinfo:
-                key, _, value = (part.strip() for part in line.partition(":"))
-                if key == "processor":
-                    processor = int(value)
-                elif key == "physical id":
-                    physical_id = value
-                elif key == "core id" and processor in allowed:
-                    cores.add((physical_id, value))
-    except (OSError, ValueError):
-        pass
+    for record in cpuinfo_records():
+        try:
+            if int(record.get("processor", -1)) in allowed and "core id" in record:
+                cores.add((record.get("physical id"), record["core id"]))
+        except ValueError:
+            continue
     return max(1, min(len(cores) or len(allowed), len(allowed)))

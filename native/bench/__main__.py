@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from assistant import cpu
 from native import bench
 from native.bench import models
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
               "results": sorted(run.results, key=lambda r: (bench.KERNELS.index(r["kernel"])
                                                             if r["kernel"] in bench.KERNELS else 99, r["n"])),
               "build": directory.name}
+    this = cpu.this_cpu()
+    report["cpu"] = {"model": this.model, "class": this.kind}
+    report["kernels"] = cpu.kernel_description()
     report["summary"] = bench.summary(run)
     report["invariance"] = bench.check_invariance(tool, kernels=args.kernels.split(","))
 

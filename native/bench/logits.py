@@ -16,15 +16,13 @@ import numpy as np
 
 
 def kernels_description() -> str:
-    """What assistant_kernels_describe() in the loaded libggml-cpu says ("" for a build without it)."""
-    import llama_cpp
+    """What our kernels say of themselves ("" for a build without them)."""
+    from assistant.cpu import kernel_description
 
-    for lib in sorted(Path(llama_cpp.__file__).parent.glob("lib/libggml-cpu*.so*")):
-        handle = ctypes.CDLL(str(lib))
-        if hasattr(handle, "assistant_kernels_describe"):
-            handle.assistant_kernels_describe.restype = ctypes.c_char_p
-            return handle.assistant_kernels_describe().decode()
-    return ""
+    try:
+        return kernel_description()
+    except LookupError:
+        return ""
 
 
 class Model:

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #    include <immintrin.h>
 #endif
 
@@ -154,6 +154,18 @@ double read_bandwidth(int threads, size_t bytes, int reps) {
                     a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
                 }
                 sink[t] = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+#elif defined(__AVX2__)
+                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+                for (size_t i = 0; i < n; i += 128) {
+                    for (int l = 0; l < 2; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
+                    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *) (p + i)));
+                    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *) (p + i + 32)));
+                    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *) (p + i + 64)));
+                    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *) (p + i + 96)));
+                }
+                int64_t lanes[4];
+                _mm256_storeu_si256((__m256i *) lanes, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+                sink[t] = lanes[0] + lanes[1] + lanes[2] + lanes[3];
 #else
                 int64_t s[4] = {0, 0, 0, 0};
                 for (size_t i = 0; i < n; i += 32) {

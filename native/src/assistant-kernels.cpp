@@ -4,12 +4,15 @@
 // stock kernels cannot read those layouts.
 //
 // ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
-//   unset or "auto"   our kernel, best instruction path for this CPU
+//   unset or "auto"   our kernel on its best instruction path for this CPU; where that would be the scalar
+//                     reference (no fast path here), our buffer type does not claim the weight type and
+//                     llama.cpp's stock kernel runs, so we are never slower than stock
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
-//   a path name       force an instruction path: MXFP4 "scalar", "avx-vnni", "avx512-vnni", "amx"
-//                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX);
-//                     BF16 "scalar", "avx2", "avx512" (widen + FMA), "avx512-bf16" (vdpbf16ps), "amx"
-//                     (tile multiply; the default where Linux grants AMX, else "avx512")
+//   a path name       force an instruction path: MXFP4 "scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"
+//                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX),
+//                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
+//                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
+//                     else "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
 #include "assistant-kernels.h"
 
 #include "bf16-gemm.h"
@@ -36,13 +39,14 @@ struct Settings {
     std::string description;
 
     Settings() {
-        mxfp4 = choose("ASSISTANT_MXFP4_KERNEL", {{"scalar", MXFP4_PATH_SCALAR}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
-                                                  {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX}},
-                       mxfp4_set_path);
-        bf16  = choose("ASSISTANT_BF16_KERNEL", {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2},
-                                                 {"avx512", BF16_PATH_AVX512}, {"avx512-bf16", BF16_PATH_AVX512_BF16},
-                                                 {"amx", BF16_PATH_AMX}},
-                       bf16_set_path);
+        mxfp4 = choose("ASSISTANT_MXFP4_KERNEL",
+                       {{"scalar", MXFP4_PATH_SCALAR}, {"avx2", MXFP4_PATH_AVX2}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
+                        {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX}, {"neon", MXFP4_PATH_NEON}},
+                       mxfp4_set_path, MXFP4_PATH_SCALAR);
+        bf16  = choose("ASSISTANT_BF16_KERNEL",
+                       {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
+                        {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}},
+                       bf16_set_path, BF16_PATH_SCALAR);
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock");
     }
@@ -52,20 +56,22 @@ struct Settings {
         int          path;
     };
 
-    static bool choose(const char * var, std::initializer_list<Named> paths, int (*set_path)(int)) {
+    // Whether our kernel takes this weight type, its path set as a side effect.
+    static bool choose(const char * var, std::initializer_list<Named> paths, int (*set_path)(int), int scalar) {
         const char * value = std::getenv(var);
-        if (value == nullptr || !*value || !std::strcmp(value, "auto")) return true;
+        if (value == nullptr || !*value || !std::strcmp(value, "auto")) return set_path(0) != scalar;
         if (!std::strcmp(value, "stock")) return false;
         for (const Named & p : paths) {
             if (!std::strcmp(value, p.name)) {
                 if (set_path(p.path) != p.path) {
                     std::fprintf(stderr, "assistant: %s=%s: this CPU cannot run that path; using the best one\n", var, value);
+                    return set_path(0) != scalar;
                 }
                 return true;
             }
         }
         std::fprintf(stderr, "assistant: %s=%s not understood (auto, stock or a path name); using auto\n", var, value);
-        return true;
+        return set_path(0) != scalar;
     }
 };
 

@@ -8,12 +8,12 @@
 extern "C" {
 #endif
 
-// The buffer type to list ahead of the stock REPACK type, or NULL when every kernel is switched to stock
-// (ASSISTANT_MXFP4_KERNEL=stock and ASSISTANT_BF16_KERNEL=stock, read once at start-up).
+// The buffer type to list ahead of the stock REPACK type, or NULL when neither weight type is ours
+// (switched to stock by ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up, or no fast path).
 ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void);
 
-// One line naming each kernel and the instruction path it runs, e.g. "mxfp4=avx512-vnni bf16=avx512-bf16";
-// "stock" for a kernel switched off. Exported so `assistant doctor` can read it through ctypes.
+// One line naming each kernel and the instruction path it runs, e.g. "mxfp4=avx2 bf16=avx2"; "stock" for a
+// weight type left to llama.cpp (switched off, or no fast path of ours on this CPU). Exported so `assistant doctor` can read it through ctypes.
 GGML_BACKEND_API const char * assistant_kernels_describe(void);
 
 #ifdef __cplusplus

@@ -1,0 +1,116 @@
+"""What this CPU is and what our kernels make of it: one reader of /proc/cpuinfo, one kernel description.
+
+Every figure we report names the CPU class beside it, since our kernels take different instruction paths
+on an AVX2 laptop, an AVX-512 or AMX server and an ARM64 machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+# /proc/cpuinfo flag -> the name people know it by
+FEATURES = {
+    "avx2": "AVX2",
+    "avx512f": "AVX-512",
+    "avx512_vnni": "AVX512-VNNI",
+    "avx_vnni": "AVX-VNNI",
+    "avx_vnni_int8": "AVX-VNNI-INT8",
+    "avx512_bf16": "AVX512-BF16",
+    "amx_int8": "AMX-INT8",
+    "asimddp": "ARM dotprod",
+}
+KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL"}
+
+
+def cpuinfo_records(path: Path = Path("/proc/cpuinfo")) -> list[dict[str, str]]:
+    """One dict per logical CPU ("processor" block), empty where the file does not exist."""
+    records: list[dict[str, str]] = [{}]
+    try:
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if not sep:
+                if records[-1]:
+                    records.append({})
+                continue
+            records[-1][key.strip()] = value.strip()
+    except OSError:
+        return []
+    return [record for record in records if record]
+
+
+@dataclass(frozen=True)
+class Cpu:
+    model: str
+    flags: frozenset[str]
+    machine: str
+
+    @property
+    def kind(self) -> str:
+        """The class our kernels care about, e.g. "x86-64 AVX2" or "x86-64 AMX"."""
+        f = self.flags
+        if self.machine in ("aarch64", "arm64"):
+            return "ARM64 dotprod" if "asimddp" in f else "ARM64"
+        if {"amx_int8", "amx_bf16"} <= f:
+            return "x86-64 AMX"
+        if {"avx512f", "avx512_vnni"} <= f:
+            return "x86-64 AVX512-VNNI"
+        if "avx_vnni" in f:
+            return "x86-64 AVX-VNNI"
+        if {"avx2", "fma"} <= f:
+            return "x86-64 AVX2"
+        return f"{self.machine} (no AVX2)"
+
+    def describe(self) -> str:
+        return f"{self.model} [{self.kind}]"
+
+
+def this_cpu() -> Cpu:
+    records = cpuinfo_records()
+    first = records[0] if records else {}
+    model = first.get("model name") or first.get("Model") or platform.processor() or platform.machine()
+    flags = first.get("flags") or first.get("Features") or ""
+    return Cpu(model, frozenset(flags.split()), platform.machine())
+
+
+def kernel_description() -> str:
+    """What the patched libggml-cpu says of our kernels, e.g. "mxfp4=avx2 bf16=avx2".
+
+    Raises LookupError when the installed llama-cpp-python is not our build.
+    """
+    import llama_cpp
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    for lib in sorted(lib_dir.glob("libggml-cpu*.so*")):
+        try:
+            describe = ctypes.CDLL(str(lib)).assistant_kernels_describe
+        except (OSError, AttributeError):
+            continue
+        describe.restype = ctypes.c_char_p
+        return describe().decode()
+    raise LookupError(f"no libggml-cpu in {lib_dir} exports assistant_kernels_describe")
+
+
+def kernel_paths(description: str) -> dict[str, str]:
+    """{"mxfp4": "avx2", "bf16": "stock"} from a description."""
+    return dict(part.split("=", 1) for part in description.split() if "=" in part)
+
+
+def kernel_warnings(description: str, environ=os.environ) -> list[str]:
+    """A line for each weight type that does not run a fast path of ours, saying why."""
+    warnings = []
+    for kind, path in kernel_paths(description).items():
+        variable = KERNEL_VARIABLES.get(kind, kind)
+        chosen = environ.get(variable, "").strip()
+        if path == "scalar":
+            warnings.append(f"{kind.upper()} runs our scalar reference path ({variable}={chosen or 'scalar'}): "
+                            "correct but many times slower; unset it for the fast path")
+        elif path == "stock" and chosen == "stock":
+            warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel ({variable}=stock)")
+        elif path == "stock":
+            warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel: this CPU has no fast path of ours for it "
+                            "(x86-64 needs AVX2 and FMA; ARM64 MXFP4 needs the dot-product extension)")
+    return warnings
