@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -59,14 +58,12 @@ def log(message: str) -> None:
 
 
 def cpu_flags() -> str:
-    """-march=native makes the binary depend on the CPU, so its flags are part of the cache key."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """-march=native makes ggml's own code depend on the CPU, so its flags are part of the cache key."""
+    sys.path.insert(0, str(NATIVE_DIR.parent))
+    from assistant.cpu import this_cpu  # standard library only, like this script
+
+    this = this_cpu()
+    return " ".join(sorted(this.flags)) or this.machine
 
 
 def compiler_version() -> str:

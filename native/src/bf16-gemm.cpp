@@ -124,7 +124,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 
 // 8 rows to a vector and 16 vector registers: H halves of the tile at once, starting at half h0. Small
 // batches take both halves (four chains of FMAs for one column, enough to cover the FMA latency), larger
-// ones one half after the other (the accumulators of four columns fill the registers).
+// ones one half after the other, up to 6 columns: 12 accumulator chains keep both FMA ports busy where 8
+// left them waiting on latency (A/B on the AVX2-only EPYC, 1.1 GB, 2 threads: N=8 and N=16 10-15% faster
+// than 4 columns per pass).
 template <int NC, int H>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, int64_t K, const Column * cols,
                                                    float (*out)[kTile], int h0) {
@@ -172,7 +174,7 @@ const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, t
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
-const TileFn kAvx2[4]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
+const TileFn kAvx2[6]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 #endif  // BF16_X86
 
 #ifdef BF16_NEON
@@ -573,7 +575,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
         return;
     }
 #endif
-    const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : 4;
+    const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : path == BF16_PATH_AVX2 ? 6 : 4;
     thread_local std::vector<uint16_t> wide;
     Column cols[8];
     float  out[8][kTile];
