@@ -77,7 +77,7 @@ void check_kernel(const char * kind, const std::vector<Path> & paths, SetPath se
 }
 
 void check_mxfp4(std::mt19937 & rng) {
-    const int64_t M = 45, K = 224, N = 9, nb = K / MXFP4_BLOCK;
+    const int64_t M = 45, K = 2240, N = 9, nb = K / MXFP4_BLOCK;  // K spans three chunks
     static const double kE2M1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6};
     std::vector<uint8_t> blocks(M * nb * MXFP4_BLOCK_BYTES), packed(blocks.size());
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -124,7 +124,7 @@ void check_mxfp4(std::mt19937 & rng) {
 }
 
 void check_bf16(std::mt19937 & rng) {
-    const int64_t M = 45, K = 224, N = 9;
+    const int64_t M = 45, K = 1120, N = 9;  // K spans three of the vector paths' chunks
     std::vector<uint16_t> w(M * K), packed(M * K);
     for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));  // |x| in [2^-7, 2^-5)
     bf16_pack(w.data(), packed.data(), M, K);
