@@ -43,3 +43,12 @@ def ensure_demo_set(models_dir: Path | None = None) -> modelsets.ModelSet:
     ]
     _, default = modelsets.list_sets(models_dir)
     return modelsets.register(NAME, levels, make_default=default is None, models_dir=models_dir)
+
+
+def model_set_or_demo(name: str | None = None, say=print) -> modelsets.ModelSet:
+    """The named or default model set; with none registered yet, the bundled demo set, converted on first
+    use (every command that needs a model set starts the same way on a fresh machine)."""
+    if name is None and not modelsets.list_sets()[0]:
+        say("No model set registered: preparing the bundled demo set (a toy trained for benchmarks)…")
+        return ensure_demo_set()
+    return modelsets.get(name)

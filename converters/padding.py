@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from assistant.errors import AssistantError
+
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
@@ -38,8 +40,9 @@ DTYPES = {
 }
 
 
-class PaddingError(Exception):
-    """Bad input to the padding tool; the message names the file, tensor or option."""
+class PaddingError(AssistantError):
+    """Bad input to the padding tool; the message names the file, tensor or option. An AssistantError, so
+    `assistant bench` shows it as one line, not a traceback."""
 
 
 # --- safetensors, minimal -------------------------------------------------------------------------
@@ -167,9 +170,12 @@ def pad(source: Path, outdir: Path, layers: int | None = None, intermediate: int
     if outdir.resolve() == source.resolve():
         raise PaddingError("OUT_DIR must differ from SRC_DIR")
     config = json.loads(config_file.read_text())
-    dims = _check_config(config, layers or config["num_hidden_layers"],
-                         intermediate or config["intermediate_size"],
-                         heads or config["num_attention_heads"])
+    try:
+        dims = _check_config(config, layers or config["num_hidden_layers"],
+                             intermediate or config["intermediate_size"],
+                             heads or config["num_attention_heads"])
+    except PaddingError as error:
+        raise PaddingError(f"{config_file}: {error}") from None
     tensors: dict[str, tuple[str, np.ndarray]] = {}
     for file in files:
         tensors.update(read_safetensors(file))

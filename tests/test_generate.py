@@ -85,7 +85,7 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
         "missing.gguf: no such GGUF file": ["hi", "--target", tmp_path / "missing.gguf"],
         "damaged.gguf: llama.cpp could not load this GGUF": ["hi", "--target", target, "--draft", damaged],
         "prompt has": ["x = 1\n" * 400, "--target", target, "--ctx", "256"],
-        "no model set is registered": ["hi"],
+        "no model set named 'nope'": ["hi", "--model-set", "nope"],
         "--draft-length must be": ["hi", "--target", target, "--draft-length", "many"],
     }
     for message, args in cases.items():
@@ -94,3 +94,13 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_fresh_data_directory_answers_with_the_demo_set():
+    """Like the chat, generate on a machine with no model set converts and uses the bundled demo set."""
+    result = generate("def add(a, b):", "-n", "8", "--raw")
+    assert result.returncode == 0, result.stderr
+    assert "preparing the bundled demo set" in result.stderr
+    assert result.stdout.strip()
+    again = generate("def add(a, b):", "-n", "8", "--raw")
+    assert again.returncode == 0 and "preparing" not in again.stderr and again.stdout == result.stdout

@@ -2,6 +2,7 @@
 of the padded model equal the original's up to float rounding."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,23 @@ def test_bad_options_are_one_line_errors(tiny_qwen2, tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.startswith("error:") and "config.json" in result.stderr
+
+
+def test_bench_reports_a_padding_error_in_one_line(tiny_qwen2, tmp_path):
+    """A checkpoint the padding cannot grow reaches `assistant bench` users as one line naming the file."""
+    models = tmp_path / "models"
+    for name in ("bench-target", "bench-draft"):
+        shutil.copytree(tiny_qwen2, models / name)
+        config = json.loads((models / name / "config.json").read_text())
+        (models / name / "config.json").write_text(json.dumps({**config, "model_type": "phi3"}))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    result = subprocess.run([sys.executable, "-m", "assistant", "bench", "--workload", "b", "--models", str(models),
+                             "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--prompts", str(prompts)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"error: {models / 'bench-target' / 'config.json'}: model_type 'phi3' is not supported" in result.stderr
 
 
 @pytest.mark.skipif(not BENCH_DRAFT.is_dir(), reason="needs ../shared/models/bench-draft")

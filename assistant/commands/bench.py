@@ -109,7 +109,6 @@ def run(args) -> int:
         "machine": report.machine(),
         "workloads": {},
     }
-    result["machine"]["read_bandwidth_gbps"] = _read_bandwidth(args.threads, log)
     for key in keys_of_workloads:
         workload = workloads.prepare(key, args.models, args.cache, log)
         chosen_prompts = prompts if key == "a" or limit else prompts[: args.limit_b]
@@ -118,6 +117,7 @@ def run(args) -> int:
         record["summary"] = summary.summarize(record["runs"])
         result["workloads"][key] = record
         _charts(charts, record, args.out, key, log)
+    result["machine"]["read_bandwidth_gbps"] = _read_bandwidth(args.threads, log)
     if args.kernel:
         result["kernel"] = _kernel_bench(args.out, args.threads, args.quick, log)
     result["seconds"] = time.perf_counter() - began

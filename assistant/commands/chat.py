@@ -25,10 +25,9 @@ def run(args) -> int:
         settings.model_set = args.model_set
         chat_settings.save(settings)
     if not modelsets.list_sets()[0]:
-        from assistant.demo import ensure_demo_set
+        from assistant.demo import model_set_or_demo
 
-        print("No model set registered: preparing the bundled demo set (a toy trained for benchmarks)…")
-        ensure_demo_set()
+        model_set_or_demo()
     store = Store()
     if args.resume is not None:
         store.conversation(args.resume)  # a clear error for an unknown id

@@ -117,9 +117,10 @@ def _model_source(args):
     if args.draft:
         raise AssistantError("--draft needs --target (the level it drafts for)")
     from assistant import modelsets
+    from assistant.demo import model_set_or_demo
 
     try:
-        return modelsets.get(args.model_set)
+        return model_set_or_demo(args.model_set, say=lambda text: print(text, file=sys.stderr, flush=True))
     except modelsets.ModelSetError as error:
         raise AssistantError(str(error)) from None
 

@@ -26,6 +26,17 @@ def apply_chat_template(model, messages: list[dict]) -> str:
         return _render_native(template, model, messages)
 
 
+def chat_prompt_tokens(model, messages: list[dict]) -> list[int]:
+    """The chat prompt as token ids, with exactly one BOS where the model wants one.
+
+    Templates in the Llama 2 style write ``bos_token`` themselves, and the tokenizer of a model whose GGUF
+    sets add_bos adds another: the duplicate is dropped (llama.cpp warns about the same double BOS)."""
+    tokens = model.tokenize(apply_chat_template(model, messages), add_special=True, parse_special=True)
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == model.bos_token:
+        del tokens[0]
+    return tokens
+
+
 def _check_messages(messages) -> None:
     if not messages:
         raise AssistantError("no messages to send")

@@ -68,11 +68,9 @@ class Pipeline:
     def chat(self, messages: list[dict], sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
              cancel=None) -> Iterator[TokenEvent | Stats]:
         """Stream the answer to a conversation; the target GGUF's chat template makes the prompt."""
-        from assistant.engine.chat_template import apply_chat_template
+        from assistant.engine.chat_template import chat_prompt_tokens
 
-        prompt = apply_chat_template(self.target, messages)
-        return self.generate(self.target.tokenize(prompt, add_special=True, parse_special=True),
-                             sampling, max_tokens, stop, cancel)
+        return self.generate(chat_prompt_tokens(self.target, messages), sampling, max_tokens, stop, cancel)
 
     def generate(self, prompt, sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
                  cancel=None) -> Iterator[TokenEvent | Stats]:

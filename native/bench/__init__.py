@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 NS = (1, 2, 4, 8, 16)
 KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock")
 LABELS = {
-    "mxfp4-ours": "MXFP4, ours (int8 VNNI; AMX-INT8 from 9 columns where present)",
+    "mxfp4-ours": "MXFP4, ours (int8 dot products: AVX2, VNNI or AMX, by CPU)",
     "mxfp4-repack": "MXFP4, stock repack",
     "mxfp4-stock": "MXFP4, stock (no repack)",
     "bf16-ours": "BF16, ours",
@@ -79,8 +79,9 @@ def run_mulmat(tool: Path, threads: int, gb: float, reps: int, kernels=KERNELS, 
     return KernelRun(bandwidth, results, sizes)
 
 
-def read_bandwidth(tool: Path, threads: int, gb: float = 1.1, reps: int = 3) -> float:
-    """The machine's read bandwidth in GB/s (best of reps over a buffer well above L3), the physical limit."""
+def read_bandwidth(tool: Path, threads: int, gb: float = 1.1, reps: int = 8) -> float:
+    """The machine's read bandwidth in GB/s, best of reps over a buffer well above L3: the physical limit.
+    Best of several, because on a shared virtual machine single readings vary by a third."""
     out = subprocess.run([str(tool), "--threads", str(threads), "--gb", str(gb), "--reps", str(reps), "--kernels", ""],
                          capture_output=True, text=True, check=True).stdout
     return next(json.loads(line)["bandwidth_gbps"] for line in out.splitlines() if "bandwidth_gbps" in line)
