@@ -124,38 +124,42 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 
 // 8 rows to a vector and 16 vector registers: H halves of the tile at once, starting at half h0. Small
 // batches take both halves (four chains of FMAs for one column, enough to cover the FMA latency), larger
-// ones one half after the other, up to 6 columns: 12 accumulator chains keep both FMA ports busy where 8
-// left them waiting on latency (A/B on the AVX2-only EPYC, 1.1 GB, 2 threads: N=8 and N=16 10-15% faster
-// than 4 columns per pass).
+// ones one half after the other, up to 6 columns (12 chains keep both FMA ports busy).
+// The weights widen by interleaving with zeros, so a vector holds two rows' even and odd values side by
+// side ([r0 even, r0 odd, r1 even, r1 odd | r4 ..., r5 ...] and [r2, r3 | r6, r7] likewise), and one
+// 64-bit broadcast of the column's two values feeds both: its lanes are exactly the even and odd
+// accumulators of the common arithmetic, added pairwise at the end (vhaddps puts the 8 rows in order).
+// Against splitting even and odd values into separate vectors this saves a broadcast per two FMAs, and
+// the instruction stream was what held the FMA ports back (A/B on the AVX2-only EPYC).
 template <int NC, int H>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, int64_t K, const Column * cols,
                                                    float (*out)[kTile], int h0) {
-    const __m256i high = _mm256_set1_epi32((int) 0xffff0000u);
-    __m256        even[H][NC], odd[H][NC];
-#    pragma GCC unroll 8
-    for (int i = 0; i < H * NC; ++i) even[i / NC][i % NC] = odd[i / NC][i % NC] = _mm256_setzero_ps();
+    const __m256i zero = _mm256_setzero_si256();
+    __m256        lo[H][NC], hi[H][NC];
+#    pragma GCC unroll 12
+    for (int i = 0; i < H * NC; ++i) lo[i / NC][i % NC] = hi[i / NC][i % NC] = _mm256_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
         _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
-        __m256 w0[H], w1[H];
+        __m256 wl[H], wh[H];
 #    pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
             const __m256i v = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
-            w0[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            w1[h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+            wl[h] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+            wh[h] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
         }
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
-            const __m256 a0 = _mm256_set1_ps(cols[j].f[2 * p]), a1 = _mm256_set1_ps(cols[j].f[2 * p + 1]);
+            const __m256 a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (cols[j].f + 2 * p)));
 #    pragma GCC unroll 2
             for (int h = 0; h < H; ++h) {
-                even[h][j] = _mm256_fmadd_ps(w0[h], a0, even[h][j]);
-                odd[h][j]  = _mm256_fmadd_ps(w1[h], a1, odd[h][j]);
+                lo[h][j] = _mm256_fmadd_ps(wl[h], a, lo[h][j]);
+                hi[h][j] = _mm256_fmadd_ps(wh[h], a, hi[h][j]);
             }
         }
     }
-#    pragma GCC unroll 8
+#    pragma GCC unroll 12
     for (int i = 0; i < H * NC; ++i) {
-        _mm256_storeu_ps(out[i % NC] + 8 * (h0 + i / NC), _mm256_add_ps(even[i / NC][i % NC], odd[i / NC][i % NC]));
+        _mm256_storeu_ps(out[i % NC] + 8 * (h0 + i / NC), _mm256_hadd_ps(lo[i / NC][i % NC], hi[i / NC][i % NC]));
     }
 }
 
