@@ -168,30 +168,38 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
 
-// AVX-VNNI has 16 vector registers, so the tile is done as two halves of 8 rows, one after the other.
+// The 256-bit paths (AVX-VNNI, AVX2) do a tile as two halves of 8 rows (16 vector registers), one after
+// the other. One half of a block expands into 8 vectors of code value * 2 + 12 (the unsigned operand of
+// vpdpbusd and vpmaddubsw; w[c]: values 4c..4c+3 of each row, w[c + 4]: values 16 + 4c..) and its 8 weight
+// scales, taken from the exponent bits directly (2^(e - 128) is the float with exponent field e - 1;
+// gathers are slow on the CPUs these paths serve). An exponent e <= 1 gives a subnormal scale, which the
+// denormal flush makes zero on every path.
+__attribute__((target("avx2,fma"))) inline void expand_half(const uint8_t * blk, int h, __m256i * w, __m256 & ws) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+#    pragma GCC unroll 5
+    for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_subs_epu8(_mm_loadl_epi64((const __m128i *) (blk + 8 * h)), _mm_set1_epi8(1)));
+    ws = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+#    pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + kTile + 64 * c + 32 * h));
+        w[c]     = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+        w[c + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+    }
+}
+
 template <int NC>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
                                                                float (*out)[kTile]) {
-    const __m256i lut    = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
-    const __m256i low    = _mm256_set1_epi8(0x0f);
-    const float * scales = scale_table();
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NC];
 #    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
-#    pragma GCC unroll 5
-            for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
-            const __m256    ws  = _mm256_i32gather_ps(
-                scales, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (blk + 8 * h))), 4);
+            __m256  ws;
             __m256i w[8];
-#    pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + kTile + 64 * c + 32 * h));
-                w[c]     = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
-                w[c + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
-            }
+            expand_half(tile + b * kTile * MXFP4_BLOCK_BYTES, h, w, ws);
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) {
                 const int8_t * q  = cols[j].q + b * kBlock;
@@ -216,38 +224,19 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 
 // AVX2 without VNNI: vpmaddubsw multiplies the unsigned expanded weights by the signed activations and
 // adds neighbouring pairs into int16 (|pair| <= 2 * 24 * 127 = 6096), four such vectors still fit int16
-// (24384), and vpmaddwd by ones widens them to int32: the same exact isum as vpdpbusd gives. Like the
-// AVX-VNNI path, the tile is done as two halves of 8 rows (16 vector registers). The weight scales come
-// from the exponent bits directly (2^(e - 128) is the float with exponent field e - 1), as gathers are slow
-// on the CPUs that need this path; e <= 1 gives a subnormal scale, which the denormal flush makes zero on
-// every path.
-__attribute__((target("avx2,fma"))) inline __m256 weight_scales_avx2(const uint8_t * exponents) {
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_subs_epu8(_mm_loadl_epi64((const __m128i *) exponents), _mm_set1_epi8(1)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
-}
-
+// (24384), and vpmaddwd by ones widens them to int32: the same exact isum as vpdpbusd gives.
 template <int NC>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
-    const __m256i lut  = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
-    const __m256i low  = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NC];
 #    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
-#    pragma GCC unroll 5
-            for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
-            const __m256 ws = weight_scales_avx2(blk + 8 * h);
-            __m256i      w[8];
-#    pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + kTile + 64 * c + 32 * h));
-                w[c]     = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
-                w[c + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
-            }
+            __m256  ws;
+            __m256i w[8];
+            expand_half(tile + b * kTile * MXFP4_BLOCK_BYTES, h, w, ws);
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) {
                 const int8_t * q = cols[j].q + b * kBlock;

@@ -76,6 +76,13 @@ void check_kernel(const char * kind, const std::vector<Path> & paths, SetPath se
     set_path(0);
 }
 
+std::vector<float> random_columns(std::mt19937 & rng, int64_t N, int64_t K) {
+    std::normal_distribution<float> normal;
+    std::vector<float>              x(N * K);
+    for (float & v : x) v = normal(rng);
+    return x;
+}
+
 void check_mxfp4(std::mt19937 & rng) {
     const int64_t M = 45, K = 2240, N = 9, nb = K / MXFP4_BLOCK;  // K spans three chunks
     static const double kE2M1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6};
@@ -85,10 +92,8 @@ void check_mxfp4(std::mt19937 & rng) {
         if (i % MXFP4_BLOCK_BYTES == 0) blocks[i] = rng() % 5 == 0 ? 0 : (uint8_t) (118 + rng() % 12);
     }
     mxfp4_pack(blocks.data(), packed.data(), M, K);
-    std::normal_distribution<float> normal;
-    std::vector<float> x(N * K);
-    for (float & v : x) v = normal(rng);
-    const size_t         stride = mxfp4_act_bytes(K);
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = mxfp4_act_bytes(K);
     std::vector<uint8_t> act(N * stride);
     auto prepare = [&] {
         for (int64_t j = 0; j < N; ++j) mxfp4_quantize_act(&x[j * K], &act[j * stride], K);
@@ -128,10 +133,8 @@ void check_bf16(std::mt19937 & rng) {
     std::vector<uint16_t> w(M * K), packed(M * K);
     for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));  // |x| in [2^-7, 2^-5)
     bf16_pack(w.data(), packed.data(), M, K);
-    std::normal_distribution<float> normal;
-    std::vector<float> x(N * K);
-    for (float & v : x) v = normal(rng);
-    const size_t         stride = bf16_act_bytes(K);
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = bf16_act_bytes(K);
     std::vector<uint8_t> act(N * stride);
     auto prepare = [&] {
         for (int64_t j = 0; j < N; ++j) bf16_convert_act(&x[j * K], &act[j * stride], K);
