@@ -94,6 +94,10 @@ def select_files(repo_id: str, revision: str, names: list[str]) -> list[str]:
         )
     if "config.json" not in root:
         raise AssistantError(f"{repo_id} (revision {revision}) has no config.json, so it is not a transformers checkpoint")
+    for needed in ("tokenizer.json", "tokenizer_config.json"):
+        if needed not in root:
+            alone = " (tokenizer.model alone is not supported)" if "tokenizer.model" in root else ""
+            raise AssistantError(f"{repo_id} (revision {revision}) has no {needed}{alone}; the converter needs it")
     return sorted(weights) + [n for n in SIDE_FILES if n in root]
 
 
@@ -112,13 +116,16 @@ def plan(repo_id: str, revision: str | None = None) -> RepoPlan:
     return RepoPlan(repo_id, revision, info.sha, files)
 
 
-def download(plan: RepoPlan, out=None) -> Path:
-    """Fetch the planned files not yet cached; returns the snapshot directory holding all of them."""
+def download(plan: RepoPlan, out=None, weights: bool = True) -> Path:
+    """Fetch the planned files not yet cached (``weights=False``: all but the weights); returns the snapshot
+    directory holding them."""
     from huggingface_hub import hf_hub_download
 
     out = out or sys.stdout
     snapshot = None
     for number, remote in enumerate(plan.files, 1):
+        if not weights and remote.name.endswith(".safetensors"):
+            continue
         if not remote.cached:
             print(f"  [{number}/{len(plan.files)}] {remote.name} ({format_size(remote.size)})", file=out, flush=True)
         with hub_errors(plan.repo_id, plan.revision, remote.name):

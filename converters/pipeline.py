@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as Q
 from assistant import home
 from assistant.errors import AssistantError
 from converters import architectures, encodings
-from converters.checkpoint import Checkpoint, open_checkpoint
+from converters.checkpoint import Checkpoint, open_checkpoint, read_json
 from converters.progress import Progress
 from converters.safetensors_file import SUPPORTED_DTYPES, TensorEntry
 from converters.vocab import add_vocabulary
@@ -130,6 +130,17 @@ class _Output:
             except Exception:
                 pass
         self.part.unlink(missing_ok=True)
+
+
+def check_metadata(directory) -> None:
+    """Check everything conversion reads besides the weights (the architecture, its hyperparameters, the
+    tokenizer), so that `assistant pull` refuses a repository before downloading gigabytes of weights."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    arch = architectures.read_architecture(read_json(config_path), config_path)
+    probe = gguf.GGUFWriter(None, arch.gguf_name)
+    architectures.add_hyperparameters(probe, arch, config_path)
+    add_vocabulary(probe, directory, arch.vocab_size)
 
 
 def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,

@@ -1,6 +1,7 @@
 """`assistant pull` against a fake Hub on 127.0.0.1: a full pull, resumed and broken downloads, Hub errors, disk space."""
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -68,6 +69,30 @@ def test_pull_makes_a_three_level_set_that_generates(fake_hub, served, capsys):
         *tokens, stats = pipeline.generate("def fibonacci(n):", max_tokens=12)
     assert len(tokens) == 12 and "".join(event.text for event in tokens)
     assert [level.role for level in stats.levels] == ["target", "mxfp4", "draft"]
+
+
+def test_a_tokenizer_the_converter_refuses_costs_no_weight_download(fake_hub, served, capsys):
+    """Everything conversion reads besides the weights is checked before the weights are fetched."""
+    directory = served(extra=False)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["model"]["type"] = "Unigram"
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    fake_hub.add_repo("org/unigram", directory)
+    assert pull("org/unigram") == 1
+    err = capsys.readouterr().err
+    assert "tokenizer.json: tokenizer model 'Unigram' is not supported" in err
+    fetched = {r.filename for r in fake_hub.gets("org/unigram")}
+    assert "tokenizer.json" in fetched and "model.safetensors" not in fetched
+    assert models_left() == []
+
+
+def test_a_repository_without_tokenizer_json_is_refused_before_downloading(fake_hub, served, capsys):
+    directory = served(extra=False)
+    (directory / "tokenizer.json").rename(directory / "tokenizer.model")
+    fake_hub.add_repo("org/spm-only", directory)
+    assert pull("org/spm-only") == 1
+    assert "has no tokenizer.json (tokenizer.model alone is not supported)" in capsys.readouterr().err
+    assert [r for r in fake_hub.gets("org/spm-only") if r.filename] == []
 
 
 def test_known_pair_is_suggested_not_downloaded(fake_hub, served, capsys):

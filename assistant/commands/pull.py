@@ -90,13 +90,15 @@ def pull(repo_id: str, revision: str | None = None, draft: str | None = None, na
         f"pulling {repo_id}",
     )
 
+    from converters import check_metadata, convert
+
+    for plan in plans:  # everything but the weights first: a repository conversion refuses costs no gigabytes
+        check_metadata(hub.download(plan, out=out, weights=False))
     directories = []
     for plan in plans:
         print(f"downloading {plan.repo_id} (commit {plan.commit[:12]})", file=out, flush=True)
         directories.append(hub.download(plan, out=out))
     print(f"downloaded files stay in {hub.cache_dir()} (free them with `hf cache rm model/{repo_id}`)", file=out)
-
-    from converters import convert
 
     created = []
     try:
