@@ -13,8 +13,7 @@ from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 from assistant.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_pair = pytest.mark.skipif(not (DEFAULT_MODELS / "bench-target").is_dir() or not DEFAULT_PROMPTS.is_file(),
-                                reason="needs ../shared/models and ../shared/bench")
+needs_pair = pytest.mark.skipif(not DEFAULT_PROMPTS.is_file(), reason="needs ../shared/bench/prompts.jsonl")
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -111,6 +110,16 @@ def test_bad_options_are_one_line_errors(args, message, tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), *args]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_models_directory_without_a_pair_is_a_one_line_error(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "x", "messages": [{"role": "user", "content": "hi"}]}\n')
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    assert main(["bench", "--out", str(tmp_path), "--prompts", str(prompts), "--models", str(tmp_path / "models"),
+                 "--cache", str(tmp_path / "cache")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'models'}: holds no checkpoint pair" in err
 
 
 def test_malformed_prompt_line_names_the_line(tmp_path, capsys):

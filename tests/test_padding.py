@@ -15,8 +15,7 @@ from converters import padding
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-BENCH_DRAFT = SHARED / "models" / "bench-draft"
+BENCH_DRAFT = Path(__file__).resolve().parents[1] / "assistant" / "demo" / "draft"  # the trained bench draft
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +103,6 @@ def test_bench_reports_a_padding_error_in_one_line(tiny_qwen2, tmp_path):
     assert f"error: {models / 'bench-target' / 'config.json'}: model_type 'phi3' is not supported" in result.stderr
 
 
-@pytest.mark.skipif(not BENCH_DRAFT.is_dir(), reason="needs ../shared/models/bench-draft")
 def test_bench_draft_padded_keeps_its_logits(tmp_path):
     out = padding.pad(BENCH_DRAFT, tmp_path / "draft", layers=4, intermediate=1024, heads=8)
     assert_same_function(BENCH_DRAFT, out, [8189, 10, 400, 1000, 77, 3000, 12, 5, 8000, 42, 43, 44])

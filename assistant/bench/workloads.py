@@ -21,8 +21,22 @@ from pathlib import Path
 from assistant.errors import AssistantError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-DEFAULT_MODELS = SHARED / "models"
+# The packaged demo set is the trained bench pair (the same files as ../shared/models), so no run needs
+# ../shared for its models; the prompts stay there.
+DEFAULT_MODELS = Path(__file__).resolve().parents[1] / "demo"
 DEFAULT_PROMPTS = SHARED / "bench" / "prompts.jsonl"
+# Directory names of the pair under --models: the benchmark's layout, or the packaged demo's.
+LAYOUTS = (("bench-target", "bench-draft"), ("target", "draft"))
+
+
+def pair_directories(models: Path) -> tuple[Path, Path]:
+    """(target, draft) checkpoint directories under ``models``, in either layout."""
+    models = Path(models)
+    for target, draft in LAYOUTS:
+        if (models / target / "config.json").is_file() and (models / draft / "config.json").is_file():
+            return models / target, models / draft
+    raise AssistantError(f"{models}: holds no checkpoint pair (--models needs bench-target/ and bench-draft/, "
+                         "or target/ and draft/ as in the packaged demo set)")
 
 TARGET_PADDING = {"layers": 28, "intermediate": 18432}
 DRAFT_PADDING = {"layers": 24, "intermediate": 2816}
@@ -54,10 +68,7 @@ def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
     """The workload's GGUF files, converting (and for b, padding) only what is missing or stale."""
     from converters.padding import parameter_count
 
-    target_hf, draft_hf = Path(models) / "bench-target", Path(models) / "bench-draft"
-    for directory in (target_hf, draft_hf):
-        if not (directory / "config.json").is_file():
-            raise AssistantError(f"{directory}: not a checkpoint directory (--models must hold bench-target/ and bench-draft/)")
+    target_hf, draft_hf = pair_directories(models)
     padding = None
     if key == "b":
         padding = {"target": TARGET_PADDING, "draft": DRAFT_PADDING}

@@ -42,7 +42,8 @@ def add_arguments(parser):
     parser.add_argument("--kernel", action="store_true",
                         help="also run the kernel benchmark (python -m native.bench) and include its table and chart")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
-                        help="directory holding bench-target/ and bench-draft/ (default: ../shared/models)")
+                        help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
+                             "(default: the packaged demo set, the same trained pair as ../shared/models)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "assistant" / "bench",
                         help="where padded checkpoints and GGUF files are kept between runs")
 
