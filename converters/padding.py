@@ -21,98 +21,32 @@ import argparse
 import json
 import re
 import shutil
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from assistant.errors import AssistantError
+from converters import encodings
+from converters.safetensors_file import SUPPORTED_DTYPES, read_tensors, write_safetensors
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-
-# safetensors dtype -> (numpy storage dtype, is bfloat16)
-DTYPES = {
-    "BF16": np.dtype("<u2"),
-    "F16": np.dtype("<f2"),
-    "F32": np.dtype("<f4"),
-}
-
 
 class PaddingError(AssistantError):
     """Bad input to the padding tool; the message names the file, tensor or option. An AssistantError, so
     `assistant bench` shows it as one line, not a traceback."""
 
 
-# --- safetensors, minimal -------------------------------------------------------------------------
-
-
-def read_safetensors(path: Path) -> dict[str, tuple[str, np.ndarray]]:
-    """Map every tensor of one file to (dtype name, read-only memory-mapped array)."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    base = 8 + size
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = info["dtype"]
-        if dtype not in DTYPES:
-            raise PaddingError(f"{path}: tensor {name} has dtype {dtype}; only BF16, F16 and F32 are supported")
-        start, end = info["data_offsets"]
-        count = (end - start) // DTYPES[dtype].itemsize
-        array = np.memmap(path, dtype=DTYPES[dtype], mode="r", offset=base + start, shape=(count,))
-        tensors[name] = (dtype, array.reshape(info["shape"]))
-    return tensors
-
-
-def write_safetensors(path: Path, specs: list[tuple[str, str, tuple[int, ...]]], arrays) -> None:
-    """Write tensors in ``specs`` order (name, dtype, shape); ``arrays`` yields their data in that order.
-
-    The header is fixed before any data is produced, so tensors are made and written one at a time."""
-    header, offset = {}, 0
-    for name, dtype, shape in specs:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    header["__metadata__"] = {"format": "pt"}
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    partial = path.with_name(path.name + ".part")
-    with open(partial, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for (name, dtype, shape), array in zip(specs, arrays, strict=True):
-            if tuple(array.shape) != tuple(shape) or array.dtype != DTYPES[dtype]:
-                raise AssertionError(f"{name}: made {array.dtype}{array.shape}, declared {dtype}{shape}")
-            f.write(np.ascontiguousarray(array).tobytes())
-    partial.replace(path)
-
-
 # --- values -----------------------------------------------------------------------------------------
-
-
-def to_float(dtype: str, array: np.ndarray) -> np.ndarray:
-    if dtype == "BF16":
-        return (array.astype(np.uint32) << 16).view(np.float32)
-    return array.astype(np.float32)
-
-
-def from_float(dtype: str, values: np.ndarray) -> np.ndarray:
-    if dtype == "BF16":
-        bits = values.astype(np.float32).view(np.uint32)
-        rounded = bits + 0x7FFF + ((bits >> 16) & 1)  # round to nearest, ties to even
-        return (rounded >> 16).astype(np.uint16)
-    return values.astype(DTYPES[dtype])
 
 
 def random_like(rng: np.random.Generator, dtype: str, real: np.ndarray, shape) -> np.ndarray:
     """Random values with the mean and spread of ``real`` (a tensor of the same kind)."""
-    values = to_float(dtype, real)
+    values = encodings.as_float32(real)
     mean, std = float(values.mean()), float(values.std()) or 0.02
-    return from_float(dtype, rng.standard_normal(shape, dtype=np.float32) * std + mean)
+    made = rng.standard_normal(shape, dtype=np.float32) * std + mean
+    return encodings.as_bf16_bits(made) if dtype == "BF16" else made.astype(SUPPORTED_DTYPES[dtype])
 
 
 # --- the plan ---------------------------------------------------------------------------------------
@@ -178,7 +112,7 @@ def pad(source: Path, outdir: Path, layers: int | None = None, intermediate: int
         raise PaddingError(f"{config_file}: {error}") from None
     tensors: dict[str, tuple[str, np.ndarray]] = {}
     for file in files:
-        tensors.update(read_safetensors(file))
+        tensors.update(read_tensors(file))
 
     n_real, n_total = dims["layers"]
     real_layers: list[dict[str, str]] = [{} for _ in range(n_real)]  # kind -> full name
@@ -256,7 +190,7 @@ def parameter_count(checkpoint: Path) -> int:
     """Number of parameters stored in a checkpoint directory's safetensors files."""
     total = 0
     for file in Path(checkpoint).glob("*.safetensors"):
-        total += sum(int(np.prod(a.shape, dtype=np.int64)) for _, a in read_safetensors(file).values())
+        total += sum(int(np.prod(a.shape, dtype=np.int64)) for _, a in read_tensors(file).values())
     return total
 
 

@@ -11,38 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
+
+from converters.encodings import as_bf16_bits
+from converters.safetensors_file import write_safetensors
 
 DEMO_TOKENIZER = Path(__file__).resolve().parent.parent / "assistant" / "demo" / "target"
 HF_ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", "llama"), "mistral": ("MistralForCausalLM", "mistral"),
     "qwen2": ("Qwen2ForCausalLM", "qwen2"), "qwen3": ("Qwen3ForCausalLM", "qwen3"),
 }
-
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> BF16 bits, rounded to nearest even."""
-    bits = values.astype(np.float32).view(np.uint32)
-    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def write_safetensors(path: Path, specs, make) -> None:
-    """specs: [(name, shape)] of BF16 tensors; make(name, shape) -> uint16 BF16 bits, called in order."""
-    header, offset = {}, 0
-    for name, shape in specs:
-        nbytes = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    header["__metadata__"] = {"format": "pt"}
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name, shape in specs:
-            f.write(np.ascontiguousarray(make(name, shape), dtype=np.uint16).tobytes())
 
 
 def make_config(arch: str, hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int, vocab: int,
@@ -98,22 +78,28 @@ def tensor_specs(config: dict) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def random_weights(seed: int = 0, std: float = 0.02):
-    """A make() for write_safetensors: norms near 1, everything else normal(0, std)."""
+    """A make() for write_bf16_tensors: norms near 1, everything else normal(0, std)."""
     rng = np.random.default_rng(seed)
 
     def make(name: str, shape) -> np.ndarray:
         if "norm" in name:
-            return bf16_bits(1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32))
+            return as_bf16_bits(1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32))
         rows = []  # row blocks keep the float32 temporary small for huge tensors
         step = max(1, (1 << 22) // int(np.prod(shape[1:], dtype=np.int64) or 1))
         for start in range(0, shape[0], step):
             block = (shape[0] if len(shape) == 1 else min(step, shape[0] - start),) + tuple(shape[1:])
-            rows.append(bf16_bits(std * rng.standard_normal(block, dtype=np.float32)))
+            rows.append(as_bf16_bits(std * rng.standard_normal(block, dtype=np.float32)))
             if len(shape) == 1:
                 break
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
     return make
+
+
+def write_bf16_tensors(path: Path, specs, make) -> None:
+    """specs: [(name, shape)] of BF16 tensors; make(name, shape) -> their uint16 bits, called in order."""
+    write_safetensors(path, [(name, "BF16", tuple(shape)) for name, shape in specs],
+                      (make(name, shape) for name, shape in specs))
 
 
 def make_checkpoint(outdir, arch: str = "qwen2", hidden: int = 64, layers: int = 2, intermediate: int = 128,
@@ -132,7 +118,7 @@ def make_checkpoint(outdir, arch: str = "qwen2", hidden: int = 64, layers: int =
             if key in special and key not in overrides:
                 config[key] = special[key]
     (outdir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_safetensors(outdir / "model.safetensors", tensor_specs(config), random_weights(seed, std))
+    write_bf16_tensors(outdir / "model.safetensors", tensor_specs(config), random_weights(seed, std))
     return outdir
 
 

@@ -1,4 +1,5 @@
-"""Read Hugging Face safetensors checkpoints one tensor at a time, validating the header before any output.
+"""Read Hugging Face safetensors checkpoints one tensor at a time, validating the header before any output,
+and write them one tensor at a time (for padded and random checkpoints).
 
 We parse the header ourselves (8-byte length, JSON) so every defect becomes a one-line error naming the file,
 and map the data read-only so a tensor costs memory only while it is being converted.
@@ -134,3 +135,35 @@ class SafetensorsFile:
             except BufferError:  # an array still views the map; the OS frees it with the process
                 pass
         self._handle.close()
+
+
+def read_tensors(path: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """Every tensor of one file as (dtype name, read-only array over the memory map)."""
+    file = SafetensorsFile(path)
+    return {name: (entry.dtype, file.array(entry)) for name, entry in file.entries.items()}
+
+
+def write_safetensors(path: Path, specs: list[tuple[str, str, tuple[int, ...]]], arrays) -> None:
+    """Write tensors in ``specs`` order (name, dtype, shape); ``arrays`` yields their data in that order.
+
+    The header is fixed before any data is produced, so tensors are made and written one at a time; the file
+    appears under its name only when complete."""
+    path = Path(path)
+    header, offset = {}, 0
+    for name, dtype, shape in specs:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * KNOWN_DTYPES[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    partial = path.with_name(path.name + ".part")
+    with open(partial, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for (name, dtype, shape), array in zip(specs, arrays, strict=True):
+            expected = np.dtype(SUPPORTED_DTYPES[dtype])
+            if tuple(array.shape) != tuple(shape) or array.dtype != expected:
+                raise AssertionError(f"{name}: made {array.dtype}{array.shape}, declared {dtype}{shape}")
+            f.write(np.ascontiguousarray(array).tobytes())
+    partial.replace(path)

@@ -205,7 +205,7 @@ def test_sharded_checkpoint_converts_like_a_single_file(tiny_checkpoint, tmp_pat
     """A checkpoint split into shards with a model.safetensors.index.json gives the same GGUF tensors."""
     import json
 
-    from converters.random_checkpoint import write_safetensors
+    from converters.random_checkpoint import write_bf16_tensors
 
     checkpoint = tiny_checkpoint("llama")
     single = convert(checkpoint, outdir=tmp_path / "single", name="m", types=("mxfp4",), progress=False)["mxfp4"]
@@ -214,7 +214,7 @@ def test_sharded_checkpoint_converts_like_a_single_file(tiny_checkpoint, tmp_pat
     shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
               "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
     for shard, members in shards.items():
-        write_safetensors(checkpoint / shard, [(n, source.entries[n].shape) for n in members],
+        write_bf16_tensors(checkpoint / shard, [(n, source.entries[n].shape) for n in members],
                           lambda name, shape: np.array(source.array(source.entries[name])))
     source.close()
     (checkpoint / "model.safetensors").unlink()

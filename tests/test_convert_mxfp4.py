@@ -7,7 +7,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize as reference
 
 from converters import mxfp4
-from converters.random_checkpoint import bf16_bits
+from converters.encodings import as_bf16_bits as bf16_bits
 
 
 def bf16_values(bits: np.ndarray) -> np.ndarray:

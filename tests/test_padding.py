@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from converters import padding
+from converters.safetensors_file import read_tensors
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -61,8 +62,8 @@ def test_layers_neurons_and_heads_leave_logits_unchanged(tiny_qwen2, tmp_path):
 
 def test_real_weights_are_copied_bit_for_bit_and_new_outputs_are_zero(tiny_qwen2, tmp_path):
     out = padding.pad(tiny_qwen2, tmp_path / "padded", layers=3, intermediate=128, heads=6)
-    before = padding.read_safetensors(tiny_qwen2 / "model.safetensors")
-    after = padding.read_safetensors(out / "model.safetensors")
+    before = read_tensors(tiny_qwen2 / "model.safetensors")
+    after = read_tensors(out / "model.safetensors")
     _, q = after["model.layers.0.self_attn.q_proj.weight"]
     np.testing.assert_array_equal(q[:64], before["model.layers.0.self_attn.q_proj.weight"][1])
     _, down = after["model.layers.1.mlp.down_proj.weight"]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.encodings import as_bf16_bits
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -29,7 +31,7 @@ class Shape:
 
 
 def _bf16(rng, rows: int, cols: int) -> np.ndarray:
-    return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).view(np.uint32).__rshift__(16).astype(np.uint16)
+    return as_bf16_bits(rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
 
 
 def _mxfp4(rng, rows: int, cols: int) -> np.ndarray:
