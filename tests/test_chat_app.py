@@ -108,6 +108,41 @@ async def test_window_is_interactive_while_models_load(demo_set):
         assert not status.loading and status.state == "ready"
 
 
+async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set, monkeypatch):
+    """Switching sets while one loads never loads two at once, and the window ends on the last choice."""
+    from assistant.ui.screens import chat as chat_screen
+
+    modelsets.register("demo-copy", demo_set.levels)
+    real = chat_screen.backend.load_pipeline
+    running, most, loaded = [0], [0], []
+
+    def load(model_set, settings):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.2)  # a load long enough for the next request to arrive during it
+            pipeline = real(model_set, settings)
+            loaded.append((model_set.name, pipeline))
+            return pipeline
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(chat_screen.backend, "load_pipeline", load)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        for name in ("demo-copy", "demo", "demo-copy"):
+            screen.switch_model_set(name)
+        await settle(pilot)
+        status = screen.query_one(StatusLine)
+        assert most[0] == 1, "two model sets were loading at once"
+        assert screen.model_set.name == "demo-copy" and status.model.startswith("demo-copy")
+        assert status.state == "ready" and screen.pipeline is loaded[-1][1] and loaded[-1][0] == "demo-copy"
+        assert all(pipeline.levels == [] for _, pipeline in loaded[:-1]), "superseded pipelines are closed"
+        await ask(pilot)
+        assert screen.query_one(AnswerView).text.strip()
+
+
 async def test_esc_stops_and_keeps_what_was_shown(demo_set):
     # A long budget, so the answer is still streaming when Esc arrives (the demo set writes ~700 tokens/s).
     app = make_app(max_tokens=3500, n_ctx=4096)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters import padding
+from assistant.bench import padding
 from converters.safetensors_file import read_tensors
 
 torch = pytest.importorskip("torch")
@@ -81,7 +81,7 @@ def test_bad_options_are_one_line_errors(tiny_qwen2, tmp_path):
         padding.pad(tiny_qwen2, tmp_path / "x", heads=5)
     with pytest.raises(padding.PaddingError, match="smaller"):
         padding.pad(tiny_qwen2, tmp_path / "x", layers=1)
-    result = subprocess.run([sys.executable, "-m", "converters.padding", str(tmp_path / "nowhere"), str(tmp_path / "y")],
+    result = subprocess.run([sys.executable, "-m", "assistant.bench.padding", str(tmp_path / "nowhere"), str(tmp_path / "y")],
                             capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.startswith("error:") and "config.json" in result.stderr

@@ -1,7 +1,7 @@
 """The two workloads, as GGUF files made on demand and cached.
 
 (a) the trained bench pair as it is: real acceptance ratios, weights small enough to live in L3.
-(b) the same pair padded with zero-output capacity (``converters.padding``): identical outputs and
+(b) the same pair padded with zero-output capacity (``assistant.bench.padding``): identical outputs and
     acceptance, but a 1.64 GB BF16 target, so decoding is bound by memory bandwidth as on a real 7B.
 
 Shapes of (b). The hidden size (512) cannot grow without changing outputs, and llama.cpp's Qwen2 graph
@@ -66,7 +66,7 @@ class Workload:
 
 def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
     """The workload's GGUF files, converting (and for b, padding) only what is missing or stale."""
-    from converters.padding import parameter_count
+    from assistant.bench.padding import parameter_count
 
     target_hf, draft_hf = pair_directories(models)
     padding = None
@@ -86,12 +86,12 @@ def prepare(key: str, models: Path, cache: Path, log=print) -> Workload:
 
 
 def _fingerprint(*parts) -> str:
-    """Changes when a source checkpoint, the options or the converter's code change."""
+    """Changes when a source checkpoint, the options, the converter's or the padding's code change."""
     digest = hashlib.sha256()
     for part in parts:
         digest.update(json.dumps(part, sort_keys=True, default=str).encode())
     converters = Path(__file__).resolve().parents[2] / "converters"
-    for source in sorted(converters.glob("*.py")):
+    for source in [*sorted(converters.glob("*.py")), Path(__file__).resolve().parent / "padding.py"]:
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -106,7 +106,7 @@ def _checkpoint_identity(checkpoint: Path) -> list:
 
 
 def _padded(source: Path, outdir: Path, dims: dict, log) -> Path:
-    from converters.padding import pad
+    from assistant.bench.padding import pad
 
     stamp = _fingerprint(_checkpoint_identity(source), dims)
     if _stamp_ok(outdir, stamp, [outdir / "model.safetensors"]):

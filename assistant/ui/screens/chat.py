@@ -62,6 +62,10 @@ class ChatScreen(Screen):
         self.cancel = threading.Event()
         self.generating = False
         self.closing = False  # set on unmount: workers then close what they hold instead of reporting
+        # Loads run one at a time (two model sets in memory at once could exhaust it) and only the latest
+        # request's pipeline is kept: an earlier one that finishes late is closed, not shown.
+        self.loading_lock = threading.Lock()
+        self.load_request = 0
 
     @property
     def store(self) -> Store:
@@ -102,11 +106,12 @@ class ChatScreen(Screen):
         status = self.query_one(StatusLine)
         old, self.pipeline = self.pipeline, None
         self.ready.clear()
+        self.load_request += 1  # any load still running is superseded from here on
         try:
             self.model_set = modelsets.get(self.settings.model_set)
         except modelsets.ModelSetError as error:
             self.model_set = None
-            self._loaded(None, str(error), old)
+            self._loaded(None, str(error), old, self.load_request)
             return
         count = self.settings.level_count(len(self.model_set.levels))
         roles = [level.role for level in self.model_set.levels[:count]]
@@ -115,25 +120,32 @@ class ChatScreen(Screen):
         status.speed = status.context = ""
         status.loading = True
         self.query_one("#banner", Static).update(banner_text(self.model_set.name))
-        self._load(self.model_set, dataclasses.replace(self.settings), old)
+        self._load(self.model_set, dataclasses.replace(self.settings), old, self.load_request)
 
     @work(thread=True, group="load")
-    def _load(self, model_set, settings, old) -> None:
-        if old is not None:
-            old.close()
-        try:
-            pipeline, error = backend.load_pipeline(model_set, settings), None
-        except AssistantError as failure:
-            pipeline, error = None, str(failure)
+    def _load(self, model_set, settings, old, request: int) -> None:
+        with self.loading_lock:
+            if old is not None:
+                old.close()
+            if request != self.load_request:  # a newer request came while this one waited
+                return
+            try:
+                pipeline, error = backend.load_pipeline(model_set, settings), None
+            except AssistantError as failure:
+                pipeline, error = None, str(failure)
         if self.closing:
             if pipeline is not None:
                 pipeline.close()
             return
-        self.app.call_from_thread(self._loaded, pipeline, error, None)
+        self.app.call_from_thread(self._loaded, pipeline, error, None, request)
 
-    def _loaded(self, pipeline, error: str | None, old) -> None:
+    def _loaded(self, pipeline, error: str | None, old, request: int | None = None) -> None:
         if old is not None:
             old.close()
+        if request is not None and request != self.load_request:
+            if pipeline is not None:  # superseded while loading: the newer request's load follows
+                pipeline.close()
+            return
         self.pipeline, self.load_error = pipeline, error
         self.ready.set()
         status = self.query_one(StatusLine)

@@ -9,10 +9,11 @@ Qwen2 graph does not, as it assumes query width = hidden size). New input-side w
 the real ones, so activations stay finite and the kernels do realistic work. Real weights are copied
 bit for bit.
 
-    python -m converters.padding SRC_DIR OUT_DIR --layers 28 --intermediate 18432
+    python -m assistant.bench.padding SRC_DIR OUT_DIR --layers 28 --intermediate 18432
 
-Reads and writes safetensors with numpy alone (BF16 handled as raw 16-bit words), streaming tensor by
-tensor, so padding to gigabytes needs little memory.
+A benchmark tool (workload b of `assistant bench`). Reads and writes safetensors through the converter's
+reader and writer (BF16 as raw 16-bit words), streaming tensor by tensor, so padding to gigabytes needs little
+memory.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def parameter_count(checkpoint: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m converters.padding", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m assistant.bench.padding", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, metavar="SRC_DIR", help="Hugging Face checkpoint directory")
     parser.add_argument("outdir", type=Path, metavar="OUT_DIR", help="where the padded checkpoint goes")
     parser.add_argument("--layers", type=int, help="total decoder layers (added ones have zero o_proj and down_proj)")
