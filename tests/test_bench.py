@@ -31,21 +31,24 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     report = json.loads((out / "bench.json").read_text())
     workload = report["workloads"]["a"]
     keys = set(workload["runs"])
-    assert {"target", "sd-draft", "sd-mxfp4", "mlsd", "mlsd-adaptive", "sd-draft-mxfp4", "mlsd-adaptive-mxfp4",
-            "mlsd-stock", "llama.cpp"} <= keys
+    assert {"llama.cpp-plain", "target", "sd-draft", "sd-mxfp4", "mlsd", "mlsd-adaptive", "sd-draft-mxfp4",
+            "mlsd-adaptive-mxfp4", "mlsd-stock", "llama.cpp"} <= keys
     assert len(workload["llama_cpp_sweep"]) == 6  # three drafts (small BF16, small MXFP4, MXFP4 copy) x two lengths
     assert [level["role"] for level in workload["summary"]["mlsd-adaptive-mxfp4"]["levels"]] == [
         "target", "mxfp4", "draft-mxfp4"]
     for key, row in workload["summary"].items():
-        assert row["differing_prompts"] == 0, key
+        assert row["differing_prompts"] == 0 or key == "llama.cpp-plain", key  # (o) is not the lossless set-up
         assert row["tokens"] >= 1
-        assert row["speedup_geomean"] > 0
+        assert row["speedup_geomean"] > 0 and row["speedup_over_plain_geomean"] > 0
     assert workload["summary"]["target"]["speedup_geomean"] == pytest.approx(1.0)
+    assert workload["summary"]["llama.cpp-plain"]["speedup_over_plain_geomean"] == pytest.approx(1.0)
     mlsd = workload["summary"]["mlsd"]["levels"]
     assert [level["role"] for level in mlsd] == ["target", "mxfp4", "draft"]
     assert 0 < mlsd[1]["acceptance"] <= 1 and mlsd[1]["proposed"] > 0
     text = (out / "bench.md").read_text()
     assert "| (iv) ML-SpecQD, 3 levels, k=8 |" in text and "2.72x" in text and "Machine:" in text
+    rows = [line for line in text.splitlines() if line.startswith("| (")]
+    assert rows[0].startswith("| (o) llama.cpp plain decoding") and "over (o) llama.cpp plain" in text
     assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0
 
 
@@ -142,4 +145,4 @@ def test_workload_b_padded_pair_runs_identical_and_is_memory_bound(tmp_path):
     ratio = workload["workload"]["parameters"]["target"] / workload["workload"]["parameters"]["draft"]
     assert 12 < ratio < 16
     for key, row in workload["summary"].items():
-        assert row["differing_prompts"] == 0, key
+        assert row["differing_prompts"] == 0 or key == "llama.cpp-plain", key

@@ -19,7 +19,7 @@ class PipelineSpec:
     label: str
     roles: tuple[str, ...]
     draft_length: int | str
-    kernel: str = "ours"  # "ours" or "stock" (ASSISTANT_MXFP4_KERNEL)
+    kernel: str = "ours"  # "ours", "stock" (ASSISTANT_MXFP4_KERNEL) or "llama.cpp" (all stock, see env)
 
     @property
     def confidence(self) -> float | None:
@@ -29,14 +29,20 @@ class PipelineSpec:
 
     @property
     def env(self) -> dict[str, str]:
+        if self.kernel == "llama.cpp":  # what a user of plain llama.cpp runs: its kernels, its default context
+            return {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock",
+                    "ASSISTANT_TARGET_MIN_BATCH": "1", "ASSISTANT_TARGET_FLASH_ATTENTION": "auto"}
         return {"ASSISTANT_MXFP4_KERNEL": "stock"} if self.kernel == "stock" else {}
 
 
 BASELINE = "target"
 LLAMA_CPP = "llama.cpp"
+PLAIN = "llama.cpp-plain"  # the second baseline: llama.cpp's plain decoding of the same BF16 file
 
 OURS = (
-    PipelineSpec("target", "(i) target alone (BF16, greedy)", ("target",), 1),
+    PipelineSpec(PLAIN, "(o) llama.cpp plain decoding (BF16, greedy; stock kernels and settings)", ("target",), 1,
+                 "llama.cpp"),
+    PipelineSpec("target", "(i) target alone (BF16, greedy; our kernels, lossless set-up)", ("target",), 1),
     PipelineSpec("sd-draft", "(ii) SD, small draft, k=8", ("target", "draft"), PAPER_LENGTH),
     PipelineSpec("sd-mxfp4", "(iii) SD, MXFP4 draft, k=8", ("target", "mxfp4"), PAPER_LENGTH),
     PipelineSpec("mlsd", "(iv) ML-SpecQD, 3 levels, k=8", ("target", "mxfp4", "draft"), PAPER_LENGTH),
@@ -59,7 +65,7 @@ LABELS = {spec.key: spec.label for spec in OURS} | {LLAMA_CPP: LLAMA_CPP_LABEL}
 # The paper's geomean speedups over the BF16 target (BENCHMARK.md): Table I (QA, Llama2-7B, 68M draft),
 # Table II (code, Qwen2.5-Coder-7B, 0.5B draft), Table III (multi-level with FP32 FMAs instead of int8).
 PAPER = {
-    "target": {"qa": 1.00, "code": 1.00},
+    "target": {"qa": 1.00, "code": 1.00},  # the paper's baseline is the BF16 target decoding greedily
     "sd-draft": {"qa": 1.81, "code": 2.64, "acceptance_qa": 0.417, "acceptance_code": 0.62},
     "sd-mxfp4": {"qa": 1.86, "code": 2.03, "acceptance_qa": 0.712, "acceptance_code": 0.91},
     "mlsd": {"qa": 2.22, "code": 2.72},
@@ -68,7 +74,7 @@ PAPER = {
 
 
 def select(keys: list[str] | None) -> list[PipelineSpec]:
-    """The pipelines to run, baseline first; ``keys`` None means all."""
+    """The pipelines to run, both baselines first; ``keys`` None means all."""
     if keys is None:
         return list(OURS)
     known = {spec.key for spec in OURS}
@@ -77,5 +83,5 @@ def select(keys: list[str] | None) -> list[PipelineSpec]:
         from assistant.errors import AssistantError
 
         raise AssistantError(f"--pipelines: unknown pipeline {unknown[0]!r} (choose from {', '.join(sorted(known | {LLAMA_CPP}))})")
-    chosen = [spec for spec in OURS if spec.key in keys or spec.key == BASELINE]
+    chosen = [spec for spec in OURS if spec.key in keys or spec.key in (BASELINE, PLAIN)]
     return chosen

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from assistant.bench.pipelines import BASELINE
+from assistant.bench.pipelines import BASELINE, PLAIN
 
 
 def geomean(values: list[float]) -> float:
@@ -21,16 +21,20 @@ def geomean(values: list[float]) -> float:
 
 def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
     baseline = runs[BASELINE]
+    plain = runs.get(PLAIN)
     summary = {}
     for key, records in runs.items():
         speedups = [r["tokens_per_second"] / b["tokens_per_second"] if b["tokens_per_second"] else 0.0
                     for r, b in zip(records, baseline)]
+        over_plain = [r["tokens_per_second"] / b["tokens_per_second"] if b["tokens_per_second"] else 0.0
+                      for r, b in zip(records, plain)] if plain else []
         for record, speedup in zip(records, speedups):
             record["speedup"] = speedup
         total_seconds = sum(r["seconds"] for r in records)
         summary[key] = {
             "prompts": len(records),
             "speedup_geomean": geomean(speedups),
+            "speedup_over_plain_geomean": geomean(over_plain) if plain else None,
             "speedup_min": min(speedups),
             "speedup_median": statistics.median(speedups),
             "speedup_max": max(speedups),

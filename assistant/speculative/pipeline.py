@@ -212,13 +212,16 @@ def target_context_options() -> dict:
     another code path than a batched one, so the target never evaluates fewer than 2 rows (min_batch); and
     CPU flash attention switches to a tiled kernel from 8 queries on, so the target uses the plain
     attention graph (KQ and KQV matmuls, batched like the rest). ASSISTANT_TARGET_MIN_BATCH=1 saves the
-    extra row once the matmul kernels are batch-invariant.
+    extra row once the matmul kernels are batch-invariant. The bench's plain llama.cpp baseline sets
+    ASSISTANT_TARGET_MIN_BATCH=1 and ASSISTANT_TARGET_FLASH_ATTENTION=auto (llama.cpp's defaults).
 
     The drafting levels also run without flash attention, for speed: CPU flash attention handles one query
     at a time, so a batch of 8 costs far more than one token (bench model, MXFP4 copy: 38.8 ms vs 24.4 ms
     for 8 tokens; small draft 10.8 vs 4.8 ms), while the plain graph batches the queries.
     """
-    return {"min_batch": max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2"))), "flash_attention": False}
+    flash = os.environ.get("ASSISTANT_TARGET_FLASH_ATTENTION", "off")  # "auto": llama.cpp's own choice
+    return {"min_batch": max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2"))),
+            "flash_attention": None if flash == "auto" else False}
 
 
 def _decode_seconds(level) -> float:
