@@ -555,11 +555,12 @@ void bf16_convert_act(const float * x, void * act, int64_t K) {
     uint16_t * h = (uint16_t *) ((float *) act + K);
     float *    f = current() == BF16_PATH_AMX ? nullptr : (float *) act;  // AMX reads only the bf16 copy
 #ifdef BF16_X86
-    if (runnable(BF16_PATH_AVX512)) {
+    static const bool avx512 = runnable(BF16_PATH_AVX512), avx2 = runnable(BF16_PATH_AVX2);  // once, not per column
+    if (avx512) {
         convert_avx512(x, f, h, K);
         return;
     }
-    if (runnable(BF16_PATH_AVX2)) {
+    if (avx2) {
         convert_avx2(x, f, h, K);
         return;
     }
