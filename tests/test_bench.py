@@ -35,7 +35,9 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
             "mlsd-adaptive-mxfp4", "mlsd-stock", "llama.cpp"} <= keys
     assert len(workload["llama_cpp_sweep"]) == 6  # three drafts (small BF16, small MXFP4, MXFP4 copy) x two lengths
     assert [level["role"] for level in workload["summary"]["mlsd-adaptive-mxfp4"]["levels"]] == [
-        "target", "mxfp4", "draft-mxfp4"]
+        "target", "mxfp4", "draft-mxfp4", "ngram"]
+    adaptive = workload["summary"]["mxfp4-adaptive"]["shapes"]
+    assert sum(adaptive["rounds"].values()) >= 1 and all(shape.startswith("target") for shape in adaptive["rounds"])
     for key, row in workload["summary"].items():
         assert row["differing_prompts"] == 0 or key == "llama.cpp-plain", key  # (o) is not the lossless set-up
         assert row["tokens"] >= 1
@@ -47,6 +49,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert 0 < mlsd[1]["acceptance"] <= 1 and mlsd[1]["proposed"] > 0
     text = (out / "bench.md").read_text()
     assert "| (iv) ML-SpecQD, 3 levels, k=8 |" in text and "2.72x" in text and "Machine:" in text
+    assert "Adaptive policy:" in text and "the best fixed pipeline" in text and "Target rounds per chain shape" in text
     rows = [line for line in text.splitlines() if line.startswith("| (")]
     assert rows[0].startswith("| (o) llama.cpp plain decoding") and "over (o) llama.cpp plain" in text
     assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0

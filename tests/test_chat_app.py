@@ -214,6 +214,7 @@ async def test_speculation_view_on_and_off(demo_set):
         assert legend.display and answer.query_one(".speculation").display
         assert not answer.query_one("Markdown").display
         assert "small draft (accepted)" in str(legend.render())
+        assert "Chain: target" in str(legend.render()) and "predicted ms/token" in str(legend.render())
         spans = answer.query_one(".speculation").render().spans
         assert len({span.style for span in spans}) >= 2, "tokens from several levels, each in its colour"
         assert json.loads(home.config_path().read_text())["chat"]["speculation_view"] is True

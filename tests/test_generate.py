@@ -30,7 +30,7 @@ def test_json_output_matches_the_target_alone(chain, bench_gguf, capsys):
     assert main(["generate", prompt, "--target", str(bench_gguf["target_bf16"]), "-n", "40", "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)
     assert three["tokens"] == alone["tokens"] and three["text"] == alone["text"]
-    assert three["roles"] == ["target", "draft1", "draft2"]
+    assert three["roles"] == ["target", "draft1", "draft2", "ngram"]  # adaptive: the n-gram level below
     assert len(three["levels"]) == len(three["tokens"]) == three["stats"]["new_tokens"]
     assert three["stats"]["levels"][1]["proposed"] > 0
 

@@ -68,7 +68,7 @@ def test_pull_makes_a_three_level_set_that_generates(fake_hub, served, capsys):
     with Pipeline.load(model_set, n_ctx=256, threads=1) as pipeline:
         *tokens, stats = pipeline.generate("def fibonacci(n):", max_tokens=12)
     assert len(tokens) == 12 and "".join(event.text for event in tokens)
-    assert [level.role for level in stats.levels] == ["target", "mxfp4", "draft"]
+    assert [level.role for level in stats.levels] == ["target", "mxfp4", "draft", "ngram"]
 
 
 def test_a_tokenizer_the_converter_refuses_costs_no_weight_download(fake_hub, served, capsys):

@@ -131,3 +131,20 @@ def test_max_tokens_and_greedy_sampling_object(three_level_pipeline):
     tokens, stats, _ = run(three_level_pipeline, bench_prompts()[4]["messages"], max_tokens=7,
                            sampling=Sampling(temperature=0.0))
     assert len(tokens) == 7 and stats.stop_reason == "max_tokens"
+
+
+def test_the_adaptive_chain_leaves_out_a_draft_that_never_agrees(bench_gguf, useless_draft_gguf, target_pipeline):
+    """Random weights under the target's tokenizer: the policy measures the draft once, stops asking it,
+    and says so in the stats (rounds per chain shape, the predicted seconds per token of every candidate)."""
+    prompts = [prompt["messages"] for prompt in bench_prompts()[:2]]
+    expected = [run(target_pipeline, messages, max_tokens=64)[0] for messages in prompts]
+    paths = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"], useless_draft_gguf]
+    with Pipeline.load(paths, n_ctx=1024, threads=1) as pipeline:
+        assert pipeline.roles == ["target", "draft1", "draft2", "ngram"]
+        results = [run(pipeline, messages, max_tokens=64) for messages in prompts]
+    assert [tokens for tokens, _, _ in results] == expected
+    stats = results[1][1]
+    with_draft = sum(rounds for shape, rounds in stats.shapes.items() if "draft2" in shape)
+    assert with_draft <= 3 < sum(stats.shapes.values()), stats.shapes
+    assert len(stats.predicted) == 8 and "target" in stats.predicted
+    assert stats.levels[2].proposed <= 3 * 15

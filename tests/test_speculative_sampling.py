@@ -12,7 +12,7 @@ import pytest
 from assistant.engine import Context
 from assistant.engine.sequence import TokenSequence
 from assistant.speculative import Pipeline, Sampling
-from assistant.speculative.draft_length import ConstantLength
+from assistant.speculative.policy import ConstantLength
 
 PROMPT = "import os\nimport sys\nimport re\nimport"  # repetitive, so the n-gram drafter has material
 TEMPERATURE, TOP_K, LENGTH = 1.5, 3, 3  # three tokens of three choices each: 27 outcomes
@@ -109,20 +109,28 @@ def test_the_check_catches_a_wrong_acceptance_rule(bench_gguf, reference):
     assert chi_square_p_value(counts, distribution, SAMPLES) < 1e-6
 
 
-class SkipTheMiddle(ConstantLength):
-    """The adaptive policy's choice to skip a middle level, forced: the target verifies the small draft."""
+class SwitchShapes(ConstantLength):
+    """The adaptive policy's freedom, forced: every round the target takes the next of these chain shapes,
+    so one generation verifies the MXFP4 copy, the small draft directly, both, and nothing."""
 
-    def plan(self, level):
-        return (level + 2 if level == 0 else level + 1), self.length_value
+    SHAPES = ((0, 2), (0, 1, 2), (0,), (0, 1))
+
+    def begin_round(self, behind):
+        super().begin_round(behind)
+        self.shape = self.SHAPES[self.rounds % len(self.SHAPES)]
+
+    def drafter(self, level):
+        position = self.shape.index(level)
+        return self.shape[position + 1] if position + 1 < len(self.shape) else None
 
 
-def test_sampling_stays_exact_when_the_middle_level_is_skipped(bench_gguf, reference):
+def test_sampling_stays_exact_when_the_chain_changes_shape_within_a_generation(bench_gguf, reference):
     prompt, distribution = reference
     paths = [bench_gguf[name] for name in ("target_bf16", "target_mxfp4", "draft_bf16")]
     with Pipeline.load(paths, n_ctx=256, draft_length=2) as pipeline:
-        pipeline.chain.configured_policy = SkipTheMiddle(2)
+        pipeline.chain.configured_policy = SwitchShapes(2, 3)
         counts, proposed = sample_counts(pipeline, prompt)
         stats = list(pipeline.generate(prompt, sampling=Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=1),
                                        max_tokens=LENGTH))[-1]
-    assert proposed > SAMPLES / 4 and stats.levels[1].proposed == 0
+    assert proposed > SAMPLES / 4 and stats.levels[1].proposed > 0
     assert chi_square_p_value(counts, distribution, SAMPLES) > 1e-3

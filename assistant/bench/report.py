@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from assistant import cpu
-from assistant.bench.pipelines import BASELINE, LABELS, LLAMA_CPP, PAPER, PLAIN
+from assistant.bench.pipelines import ADAPTIVE_GOAL, ADAPTIVE_RIVALS, BASELINE, LABELS, LLAMA_CPP, PAPER, PLAIN
 
 GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
 SINGLE_LEVEL = ("sd-draft", "sd-mxfp4", "sd-draft-mxfp4")
@@ -161,10 +161,29 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
         for row in workload["llama_cpp_sweep"]:
             lines.append(f"| {row['draft']} | {row['draft_length']} | {row['tokens_per_second']:.1f} | "
                          f"{_pct(row['acceptance'])} |")
-    lines += [""] + _goals(summary) + [""]
+    lines += [""] + _policy(summary) + _goals(summary) + [""]
     lines += [f"![per-prompt speedups](speedups-{info['key']}.png)",
               f"![acceptance histograms](acceptance-{info['key']}.png)", ""]
     return lines
+
+
+def _policy(summary: dict) -> list[str]:
+    """What each adaptive pipeline chose, against the best fixed pipeline it could have been."""
+    lines = []
+    for key, rivals in ADAPTIVE_RIVALS.items():
+        present = [rival for rival in rivals if rival in summary]
+        if key not in summary or not present:
+            continue
+        row = summary[key]
+        best = max(present, key=lambda rival: summary[rival]["speedup_geomean"])
+        ratio = row["speedup_geomean"] / summary[best]["speedup_geomean"] if summary[best]["speedup_geomean"] else 0
+        shapes = row.get("shapes", {})
+        used = ", ".join(f"{shape} {rounds}" for shape, rounds in shapes.get("rounds", {}).items())
+        lines.append(f"- {LABELS[key]}: {row['speedup_geomean']:.2f}x, {ratio:.2f}x the best fixed pipeline "
+                     f"{LABELS[best]} ({summary[best]['speedup_geomean']:.2f}x; goal {ADAPTIVE_GOAL:.2f}x: "
+                     f"{'met' if ratio >= ADAPTIVE_GOAL else 'not met'}). Target rounds per chain shape: {used or '—'}; "
+                     f"{shapes.get('outside_main', 0)} rounds outside each prompt's most used shape.")
+    return ["Adaptive policy:", "", *lines, ""] if lines else []
 
 
 def _goals(summary: dict) -> list[str]:

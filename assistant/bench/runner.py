@@ -98,7 +98,8 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
             workers[kernel] = worker
             worker.call("load", n_ctx=settings.n_ctx, threads=settings.threads, pipelines={
                 spec.key: {"paths": [str(paths[role]) for role in spec.roles], "roles": list(spec.roles),
-                           "draft_length": spec.draft_length, "confidence": spec.confidence} for spec in members})
+                           "draft_length": spec.draft_length, "confidence": spec.confidence, "ngram": spec.ngram}
+                for spec in members})
         home = workers[specs[0].kernel]
         prompt_texts = [home.call("prompt_text", pipeline=specs[0].key, messages=p["messages"])["text"] for p in prompts]
 
@@ -152,6 +153,7 @@ def _record(prompt: dict, index: int, reply: dict) -> dict:
         "tokens_per_second": reply["new_tokens"] / seconds if seconds > 0 else 0.0,
         "stop_reason": reply.get("stop_reason"),
         "levels": reply["levels"],
+        "shapes": reply.get("shapes", {}),
         "text": reply["text"],
     }
     if "tokens" in reply:

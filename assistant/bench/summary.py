@@ -43,8 +43,22 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "seconds": total_seconds,
             "differing_prompts": sum(not r.get("identical", True) for r in records),
             "levels": _levels(records, total_seconds),
+            "shapes": _shapes(records),
         }
     return summary
+
+
+def _shapes(records: list[dict]) -> dict:
+    """Target rounds per chain shape over all prompts, most used first, and the rounds outside the shape
+    each prompt used most (what the policy spent measuring or settling)."""
+    rounds: dict[str, int] = {}
+    elsewhere = 0
+    for record in records:
+        shapes = record.get("shapes") or {}
+        for shape, count in shapes.items():
+            rounds[shape] = rounds.get(shape, 0) + count
+        elsewhere += sum(shapes.values()) - max(shapes.values(), default=0)
+    return {"rounds": dict(sorted(rounds.items(), key=lambda item: -item[1])), "outside_main": elsewhere}
 
 
 def _levels(records: list[dict], total_seconds: float) -> list[dict]:

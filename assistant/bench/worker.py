@@ -22,6 +22,7 @@ class Worker:
 
     def load(self, pipelines: dict, n_ctx: int, threads: int) -> dict:
         from assistant.engine import Model
+        from assistant.speculative.levels import NgramLevel
         from assistant.speculative.pipeline import DEFAULT_CONFIDENCE, Pipeline, model_levels
         from assistant.speculative.vocab import shared_vocab_size
 
@@ -33,6 +34,8 @@ class Worker:
                     self.models[path] = Model(path)
                 models.append(self.models[path])
             levels = model_levels(list(zip(spec["roles"], models)), n_ctx, threads)
+            if spec.get("ngram"):
+                levels.append(NgramLevel(capacity=n_ctx))
             confidence = DEFAULT_CONFIDENCE if spec.get("confidence") is None else spec["confidence"]
             self.pipelines[key] = Pipeline(levels, n_ctx, spec["draft_length"], confidence, shared_vocab_size(models))
         return {"seconds": time.perf_counter() - began}
@@ -66,6 +69,7 @@ class Worker:
             "prompt_tokens": stats.prompt_tokens,
             "stop_reason": stats.stop_reason,
             "levels": [vars(level) | {} for level in stats.levels],
+            "shapes": stats.shapes,
         }
 
 

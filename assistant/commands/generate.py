@@ -7,6 +7,7 @@ default: the default set) or explicit GGUF paths (--target, then --draft once pe
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from assistant.errors import AssistantError
@@ -24,8 +25,13 @@ def add_arguments(parser):
     models.add_argument("--target", help="target GGUF file (instead of a model set)")
     models.add_argument("--draft", action="append", default=[], help="draft GGUF below the previous level (repeatable)")
     models.add_argument("--levels", type=int, help="use only the first N levels (1 = the target alone)")
-    models.add_argument("--ngram", action="store_true", help="add the prompt-lookup n-gram drafter as the lowest level")
-    models.add_argument("--draft-length", default="adaptive", help="tokens drafted per verification: a number or 'adaptive' (default)")
+    models.add_argument("--ngram", action=argparse.BooleanOptionalAction, default=None,
+                        help="add the prompt-lookup n-gram drafter as the lowest level (default: only with "
+                             "--draft-length adaptive, whose policy keeps it where it pays)")
+    models.add_argument("--draft-length", default="adaptive",
+                        help="tokens drafted per verification: a number (every level takes part, each drafting "
+                             "that many) or 'adaptive' (default: before each verification the policy picks which "
+                             "levels take part and how much each drafts, from measured costs and acceptance)")
     models.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     models.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
     sampling = parser.add_argument_group("sampling")
@@ -36,7 +42,8 @@ def add_arguments(parser):
     sampling.add_argument("--seed", type=int, help="random seed for sampling")
     parser.add_argument("-n", "--max-tokens", type=int, default=512, help="most new tokens (default 512)")
     parser.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
-    parser.add_argument("--stats", action="store_true", help="print per-level statistics to stderr at the end")
+    parser.add_argument("--stats", action="store_true", help="print per-level statistics to stderr at the end, with the chain shapes "
+                        "used (rounds each) and the policy's predicted time per token of every shape")
     parser.add_argument("--json", action="store_true", help="print one JSON line with the text, token ids and stats")
 
 
@@ -88,6 +95,12 @@ def format_stats(stats) -> str:
         else:
             lines.append(f"  level {index} {level.role:>8}: {share:6.1%} of the time, proposed {level.proposed}, "
                          f"accepted {level.accepted} (alpha {level.acceptance:.1%}), tau {level.mean_accepted_length:.2f}")
+    if stats.shapes:
+        lines.append("  chain shapes (target rounds): "
+                     + ", ".join(f"{shape} {rounds}" for shape, rounds in stats.shapes.items()))
+    if stats.predicted:
+        lines.append("  predicted ms per token: "
+                     + ", ".join(f"{shape} {seconds * 1000:.1f}" for shape, seconds in stats.predicted.items()))
     return "\n".join(lines)
 
 

@@ -120,6 +120,13 @@ class Context(NativeHandle):
         self.tokens.clear()
         self._sequence_id = None
 
+    def behind(self, sequence: TokenSequence) -> int:
+        """About how many tokens of ``sequence`` the next evaluate() must decode before its new ones (at
+        most: tokens appended since this cache last synced count even if they equal what it holds)."""
+        if self._sequence_id == id(sequence) and sequence.tracks(self):
+            return len(sequence) - min(len(self.tokens), sequence.floor(self))
+        return len(sequence) - _common_prefix(self.tokens, sequence.tokens)
+
     def _shared_prefix(self, sequence: TokenSequence) -> int:
         """How many leading tokens the cache holds that ``sequence`` still starts with."""
         held = self.tokens

@@ -37,6 +37,10 @@ class TokenSequence:
     def tracks(self, context) -> bool:
         return id(context) in self._floors
 
+    def floor(self, context) -> int:
+        """Tokens unchanged since ``context`` last synced (without restarting the count)."""
+        return self._floors[id(context)]
+
     def take_floor(self, context) -> int:
         """Tokens unchanged since ``context`` last synced; restarts the count from now."""
         key = id(context)

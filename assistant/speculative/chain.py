@@ -5,6 +5,8 @@ Level i produces tokens distributed exactly as its own model: it asks level i+1 
 (or a bonus token when all were kept). Greedy acceptance is "equals my argmax"; sampling acceptance is
 speculative sampling against level i+1's distribution, which level i+1 computed while producing.
 All levels share one TokenSequence: a level's tokens are appended to it and cut back on rejection.
+Which levels take part, and how many tokens each drafts, is the policy's decision (policy.py), taken
+before each verification by the target: a level left out simply catches up when it next takes part.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 
 import numpy as np
 
-from assistant.speculative.draft_length import ConstantLength
+from assistant.speculative.policy import ConstantLength
 from assistant.speculative.probabilities import Sampler, top_probability
 
 # Seeded sampling drafts a constant number of tokens: the adaptive policy's choices follow measured timings,
@@ -41,7 +43,8 @@ class Chain:
         self.greedy = sampling.greedy
         self.policy = self.configured_policy
         if not self.greedy and sampling.seed is not None and not isinstance(self.policy, ConstantLength):
-            self.policy = ConstantLength(SEEDED_DRAFT_LENGTH)
+            self.policy = ConstantLength(SEEDED_DRAFT_LENGTH, len(self.levels))
+        self.policy.begin_generation()
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         rows = self.policy.max_length + 2
         # Prompt processing first, so the draft-length policy times steady decoding. A level with the
@@ -58,6 +61,7 @@ class Chain:
     def step(self, limit: int) -> list[tuple[int, int]]:
         """One verification by the target: 1..k+1 new tokens as (token, proposing level), at most ``limit``."""
         base = len(self.sequence)
+        self.policy.begin_round([self._behind(level) for level in self.levels])
         self._round(0, max(1, min(limit, self.n_ctx - base)), 0)
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
@@ -70,7 +74,7 @@ class Chain:
         past ``count`` are ones the level above verifies at no extra cost. The last level makes exactly
         ``count`` (fewer when its top probability falls below ``confidence``).
         """
-        if index == len(self.levels) - 1:
+        if self.policy.drafter(index) is None:
             return self._draft_last(index, count, confidence)
         sequence = self.sequence
         start = len(sequence)
@@ -85,33 +89,30 @@ class Chain:
         ``row`` is where this level's distributions for the new tokens go (sampling, levels below the target).
         """
         sequence = self.sequence
+        policy = self.policy
         level, below = self.levels[index], None
         base = len(sequence)
         drafted = 0
-        if index + 1 < len(self.levels):
-            drafter, length = self.policy.plan(index)
+        drafter = policy.drafter(index)
+        wanted = min(policy.draft_length(index), room - 1) if drafter is not None else 0
+        if wanted > 0:
             below = self.levels[drafter]
-            wanted = min(length, room - 1)
-            if wanted > 0:
-                began = time.perf_counter()
-                confidence = self.policy.stop_threshold(index, drafter, self.confidence)
-                drafted = self._produce(drafter, wanted, min(self.policy.verify_room(index, wanted), room - 1),
-                                        confidence)
-                self.policy.record_draft(drafter, drafted, time.perf_counter() - began)
+            confidence = policy.stop_threshold(index, drafter, self.confidence)
+            drafted = self._produce(drafter, wanted, min(policy.verify_room(index, wanted), room - 1), confidence)
         began = time.perf_counter()
         rows = level.context.evaluate(sequence, base - 1)
-        evaluated = time.perf_counter() - began
         if self.greedy:
             accepted, token = self._verify_greedy(rows, base, drafted)
         else:
             accepted, token = self._verify_sampled(index, below, rows, base, drafted, row)
+        self._cut(base + accepted)
+        self._append(token, index)
+        policy.record_verify(index, level.context.last_batch, time.perf_counter() - began, drafted, accepted,
+                             drafter if below is not None else None)
         if below is not None:
-            self.policy.record_verify(index, level.context.last_batch, evaluated, drafted, accepted, drafter)
             below.stats.proposed += drafted
             below.stats.accepted += accepted
             below.rounds += 1 if drafted else 0
-        self._cut(base + accepted)
-        self._append(token, index)
 
     def _verify_greedy(self, rows: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
         """The longest prefix of the draft equal to this level's argmax, then its own next token."""
@@ -141,27 +142,39 @@ class Chain:
 
     # --- the last level ---------------------------------------------------------------------------
     def _draft_last(self, index: int, count: int, confidence: float) -> int:
+        """``count`` tokens (fewer below ``confidence``) from the lowest level of the shape, one at a time."""
         level = self.levels[index]
         sequence = self.sequence
+        began = time.perf_counter()
         if not level.is_model:
             proposal = level.propose(sequence, count)
             for token in proposal:
                 self._append(token, index)
+            self.policy.record_draft(index, len(proposal), time.perf_counter() - began)
             return len(proposal)
         context = level.context
-        for produced in range(count):
+        produced = 0
+        while produced < count:
             logits = context.evaluate(sequence, len(sequence) - 1)[0, : self.n_shared]
+            if context.last_batch > 1:  # caught up on tokens it missed while left out: not drafting cost
+                began = time.perf_counter()
             if self.greedy:
                 if confidence and produced and top_probability(logits, level.scratch) < confidence:
-                    return produced
+                    break
                 token = int(logits.argmax())
             else:
                 p = self.sampler.probabilities(logits, level.probabilities[produced])
                 if confidence and produced and float(p.max()) < confidence:
-                    return produced
+                    break
                 token = self.sampler.draw(p)
             self._append(token, index)
-        return count
+            produced += 1
+        self.policy.record_draft(index, produced, time.perf_counter() - began)
+        return produced
+
+    def _behind(self, level) -> int:
+        """Tokens of the sequence that ``level`` has not evaluated yet (0 for the n-gram level)."""
+        return level.context.behind(self.sequence) if level.is_model else 0
 
     # --- the shared sequence ----------------------------------------------------------------------
     def _append(self, token: int, origin: int) -> None:

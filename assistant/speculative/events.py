@@ -46,3 +46,5 @@ class Stats:
     seconds: float = 0.0
     tokens_per_second: float = 0.0
     stop_reason: str = "max_tokens"
+    shapes: dict[str, int] = field(default_factory=dict)  # chain shape ("target<-draft") -> target rounds in it
+    predicted: dict[str, float] = field(default_factory=dict)  # shape -> predicted seconds per token, at the end

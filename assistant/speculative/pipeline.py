@@ -9,7 +9,7 @@ from typing import Iterator
 
 from assistant.errors import AssistantError
 from assistant.speculative.chain import Chain
-from assistant.speculative.draft_length import make_policy
+from assistant.speculative.policy import make_policy
 from assistant.speculative.events import LevelStats, Sampling, Stats, TokenEvent
 from assistant.speculative.levels import ModelLevel, NgramLevel
 from assistant.speculative.stopping import StopStrings
@@ -30,12 +30,13 @@ class Pipeline:
 
     @classmethod
     def load(cls, source, levels: int | None = None, n_ctx: int = 4096, threads: int | None = None,
-             draft_length="adaptive", ngram: bool = False, confidence: float = DEFAULT_CONFIDENCE,
+             draft_length="adaptive", ngram: bool | None = None, confidence: float = DEFAULT_CONFIDENCE,
              accept=None) -> "Pipeline":
         """Load every GGUF once and make one context each.
 
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
-        ``ngram`` adds the prompt-lookup drafter below the last model.
+        ``ngram`` adds the prompt-lookup drafter below the last model; by default the adaptive policy gets
+        it (it costs next to nothing, and the policy keeps it only where it pays) and a fixed length not.
         """
         from assistant.engine import Model, default_threads
         from assistant.speculative.vocab import shared_vocab_size
@@ -60,7 +61,7 @@ class Pipeline:
             for model in models:
                 model.close()
             raise
-        if ngram:
+        if default_ngram(draft_length) if ngram is None else ngram:
             chain.append(NgramLevel(capacity=n_ctx))
         return cls(chain, n_ctx, draft_length, confidence, n_shared, accept)
 
@@ -157,6 +158,7 @@ class Pipeline:
         yield self._stats(prompt, new_tokens, seconds, reason, decode_before)
 
     def _stats(self, prompt, new_tokens, seconds, reason, decode_before) -> Stats:
+        """Per-level counts and times, the chain shapes used (rounds each) and the policy's predictions."""
         levels = []
         for level, before in zip(self.levels, decode_before):
             stats = level.stats
@@ -164,7 +166,9 @@ class Pipeline:
             stats.mean_accepted_length = (stats.accepted + level.rounds) / level.rounds if level.rounds else 0.0
             stats.seconds = _decode_seconds(level) - before
             levels.append(LevelStats(**vars(stats)))
-        return Stats(levels, new_tokens, len(prompt), seconds, new_tokens / seconds if seconds > 0 else 0.0, reason)
+        report = self.chain.policy.report(self.roles)
+        return Stats(levels, new_tokens, len(prompt), seconds, new_tokens / seconds if seconds > 0 else 0.0, reason,
+                     report["shapes"], report["predicted"])
 
     @property
     def context_used(self) -> int:
@@ -184,6 +188,10 @@ class Pipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_ngram(draft_length) -> bool:
+    return draft_length == "adaptive"
 
 
 def model_levels(roles_and_models: list, n_ctx: int, threads: int) -> list[ModelLevel]:

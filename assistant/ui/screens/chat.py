@@ -346,6 +346,8 @@ class ChatScreen(Screen):
             status.context = f"ctx {context[0]}/{context[1]}"
         if stats:
             status.speed = describe_stats(stats)
+            if self.pipeline is not None:
+                self.query_one("#legend", Static).update(legend(list(self.pipeline.roles), stats))
         await view.finish(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
         if error:
             if not view.text:

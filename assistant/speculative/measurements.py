@@ -1,0 +1,68 @@
+"""What the adaptive policy learns while generating: batch costs per level, acceptance per pair of levels.
+
+Both forget old measurements geometrically, so that a level that turns slow (a busy core, a kernel that
+fell back) or a draft that stops suiting the text is noticed within a few rounds.
+"""
+
+from __future__ import annotations
+
+
+class BatchCost:
+    """Seconds to evaluate (and judge) a batch of n tokens: a decayed mean per batch size.
+
+    A table, not a fitted line: our matmul kernels compute columns in chunks, so the cost is flat within a
+    chunk and jumps past it. An unmeasured size is predicted optimistically (cost never falls as n grows):
+    as the nearest smaller measured size, or the nearest larger one when only larger sizes are known.
+    """
+
+    def __init__(self, decay: float = 0.9):
+        self.decay = decay
+        self.total: dict[int, float] = {}
+        self.count: dict[int, float] = {}
+        self._nearest: dict[int, int] = {}  # unmeasured size -> the measured one standing in for it
+
+    def add(self, n: int, seconds: float) -> None:
+        if n not in self.count:
+            self._nearest.clear()
+        self.total[n] = self.total.get(n, 0.0) * self.decay + seconds
+        self.count[n] = self.count.get(n, 0.0) * self.decay + 1.0
+
+    @property
+    def known(self) -> bool:
+        return bool(self.count)
+
+    def seconds(self, n: int) -> float:
+        if n not in self.count:
+            if n not in self._nearest:
+                smaller = [m for m in self.count if m < n]
+                self._nearest[n] = max(smaller) if smaller else min(self.count)
+            n = self._nearest[n]
+        return self.total[n] / self.count[n]
+
+
+class Rate:
+    """A decayed ratio of two running sums: seconds per drafted token, or accepted per judged draft."""
+
+    def __init__(self, decay: float):
+        self.decay = decay
+        self.numerator = 0.0
+        self.denominator = 0.0
+
+    def add(self, numerator: float, denominator: float) -> None:
+        self.numerator = self.numerator * self.decay + numerator
+        self.denominator = self.denominator * self.decay + denominator
+
+    @property
+    def known(self) -> bool:
+        return self.denominator > 0
+
+    def value(self, prior: float = 0.0, prior_weight: float = 0.0) -> float:
+        """The ratio, pulled towards ``prior`` as if ``prior_weight`` more measurements had given it."""
+        return (self.numerator + prior * prior_weight) / max(self.denominator + prior_weight, 1e-12)
+
+    def shrink(self, weight: float) -> None:
+        """Keep the ratio but count it as at most ``weight`` measurements: a prior for what follows."""
+        if self.denominator > weight:
+            scale = weight / self.denominator
+            self.numerator *= scale
+            self.denominator *= scale

@@ -1,0 +1,278 @@
+"""The speculation policy against a simulated machine: step-shaped batch costs like our chunked kernels,
+known acceptance per pair of levels, and the nested rounds of chain.py. The adaptive policy must come
+within 5% of the best fixed pipeline in every scenario the product meets (a slow level, a useless draft,
+no small draft), and find out cheaply."""
+
+import random
+from collections import Counter
+
+import pytest
+
+from assistant.speculative.measurements import BatchCost
+from assistant.speculative.policy import (MAX_DRAFT, AdaptivePolicy, ConstantLength, make_policy, shape_name)
+
+
+def step_cost(chunk: int, seconds: float = 0.02):
+    """A kernel computing columns in chunks of ``chunk``: each started chunk costs ``seconds``."""
+    return lambda batch: seconds * -(-batch // chunk)
+
+
+def judge(rng: random.Random, drafted: int, acceptance: float) -> int:
+    accepted = 0
+    while accepted < drafted and rng.random() < acceptance:
+        accepted += 1
+    return accepted
+
+
+class Machine:
+    """Levels with a batch cost each (``cost[i](n)`` seconds) and a true acceptance per (verifier, drafter);
+    runs rounds exactly as chain.py nests them and keeps the simulated clock."""
+
+    def __init__(self, cost, acceptance, seed=0):
+        self.cost = cost
+        self.acceptance = acceptance
+        self.rng = random.Random(seed)
+        self.clock = 0.0
+
+    def produce(self, policy, level: int, count: int) -> int:
+        if policy.drafter(level) is None:  # drafting alone, one token per evaluation
+            seconds = count * self.cost[level](1)
+            self.clock += seconds
+            policy.record_draft(level, count, seconds)
+            return count
+        made = 0
+        while made < count:
+            made += self.verify(policy, level)
+        return made
+
+    def verify(self, policy, level: int) -> int:
+        drafter = policy.drafter(level)
+        wanted = policy.draft_length(level) if drafter is not None else 0
+        drafted = self.produce(policy, drafter, wanted) if wanted else 0
+        seconds = self.cost[level](drafted + 1)
+        self.clock += seconds
+        accepted = judge(self.rng, drafted, self.acceptance[level, drafter]) if drafted else 0
+        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted else None)
+        return accepted + 1
+
+    def generate(self, policy, generations=6, tokens=128) -> float:
+        """Seconds per target token over ``generations`` answers of ``tokens`` each."""
+        began = self.clock
+        for _ in range(generations):
+            policy.begin_generation()
+            made = 0
+            while made < tokens:
+                policy.begin_round([0] * len(self.cost))
+                made += self.verify(policy, 0)
+        return (self.clock - began) / (generations * tokens)
+
+
+class FixedShape(ConstantLength):
+    """A fixed pipeline of the bench: only ``shape``'s levels, k drafts each."""
+
+    def __init__(self, length, n_levels, shape):
+        super().__init__(length, n_levels)
+        self.shape = shape
+
+    def drafter(self, level):
+        position = self.shape.index(level)
+        return self.shape[position + 1] if position + 1 < len(self.shape) else None
+
+
+TARGET = step_cost(16, 0.050)  # memory-bound BF16 target: flat to 16 tokens
+FAST_MXFP4 = step_cost(8, 0.015)
+SCALAR_MXFP4 = lambda batch: 0.5 * batch  # noqa: E731  10x the target per token, linear
+SMALL = step_cost(8, 0.004)
+NGRAM = lambda batch: 0.0001  # noqa: E731
+
+GOOD = {(0, 1): 0.9, (0, 2): 0.6, (1, 2): 0.65, (0, 3): 0.3, (1, 3): 0.3, (2, 3): 0.3}
+USELESS_DRAFT = GOOD | {(0, 2): 0.0, (1, 2): 0.0, (2, 3): 0.3}
+
+SCENARIOS = {
+    "three levels": ([TARGET, FAST_MXFP4, SMALL, NGRAM], GOOD),
+    "slow MXFP4 kernel": ([TARGET, SCALAR_MXFP4, SMALL, NGRAM], GOOD),
+    "a draft that never agrees": ([TARGET, FAST_MXFP4, SMALL, NGRAM], USELESS_DRAFT),
+    "cheap MXFP4, agreeable draft": ([TARGET, step_cost(8, 0.04), SMALL, NGRAM], GOOD | {(0, 2): 0.85}),
+    "no small draft": ([TARGET, FAST_MXFP4, NGRAM], {(0, 1): 0.9, (0, 2): 0.3, (1, 2): 0.3}),
+}
+
+
+def fixed_pipelines(n_levels):
+    """The issue's fixed pipelines (target alone, each SD with k = 8, the full chain) present in this set."""
+    models = range(n_levels - 1)  # the last level is the n-gram drafter, not a fixed pipeline's
+    shapes = [(0,), *[(0, level) for level in models if level], tuple(models)]
+    return {shape: FixedShape(8, n_levels, shape) for shape in dict.fromkeys(shapes)}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_adaptive_is_within_five_percent_of_the_best_fixed_pipeline(scenario):
+    cost, acceptance = SCENARIOS[scenario]
+    fixed = {shape: Machine(cost, acceptance).generate(policy) for shape, policy in fixed_pipelines(len(cost)).items()}
+    adaptive = Machine(cost, acceptance).generate(AdaptivePolicy(len(cost)))
+    best = min(fixed.values())
+    assert adaptive <= best / 0.95, (scenario, adaptive, fixed)
+
+
+def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
+    """The scalar MXFP4 level: measured in the first round, then not re-run for many generations."""
+    cost, acceptance = SCENARIOS["slow MXFP4 kernel"]
+    policy = AdaptivePolicy(len(cost))
+    machine = Machine(cost, acceptance)
+    with_mxfp4 = 0
+    for _ in range(20):
+        machine.generate(policy, generations=1)
+        with_mxfp4 += sum(rounds for shape, rounds in policy.used.items() if 1 in shape)
+    assert with_mxfp4 <= 2
+    assert 1 not in policy.used.most_common(1)[0][0]
+
+
+def test_each_generation_relearns_acceptance():
+    """A draft that suited the last answer but not this one is dropped within a few rounds."""
+    cost, _ = SCENARIOS["three levels"]
+    policy = AdaptivePolicy(len(cost))
+    Machine(cost, GOOD | {(0, 2): 0.95}).generate(policy, generations=2)
+    assert policy.used.most_common(1)[0][0][:2] == (0, 2)
+    machine = Machine(cost, USELESS_DRAFT)
+    policy.begin_generation()
+    rounds = []
+    for _ in range(12):
+        policy.begin_round([0] * len(cost))
+        rounds.append(policy.shape)
+        machine.verify(policy, 0)
+    assert sum(2 in shape for shape in rounds) <= 5 and all(2 not in shape for shape in rounds[-4:]), rounds
+
+
+def test_a_lagging_level_is_not_explored():
+    """Re-running a shape whose level missed many tokens would first cost a long catch-up batch."""
+    cost, acceptance = SCENARIOS["three levels"]
+    policy = AdaptivePolicy(len(cost))
+    Machine(cost, acceptance).generate(policy, generations=1)
+    for _ in range(200):
+        behind = [100 if level not in policy.shape else 0 for level in range(len(cost))]
+        policy.begin_round(behind)
+        best = min(policy.predicted, key=policy.predicted.get)
+        assert policy.shape == best or all(behind[level] == 0 for level in policy.shape)
+
+
+def run_two_levels(policy, cost, acceptance, rounds=300, draft_seconds=0.001, seed=0) -> list[int]:
+    """Target verifying a drafter; the draft lengths the policy chose, round by round."""
+    machine = Machine([cost, lambda batch: draft_seconds], {(0, 1): acceptance}, seed)
+    chosen = []
+    for _ in range(rounds):
+        policy.begin_round([0, 0])
+        chosen.append(policy.draft_length(0))
+        machine.verify(policy, 0)
+    return chosen
+
+
+def settled(chosen: list[int]) -> int:
+    return Counter(chosen[-100:]).most_common(1)[0][0]
+
+
+def test_step_cost_settles_just_below_the_step():
+    """Flat to batch 8, double after: k = 7 (batch 8), not k = 8 (batch 9) as a linear fit chose."""
+    chosen = run_two_levels(AdaptivePolicy(2), step_cost(8), acceptance=0.9)
+    assert settled(chosen) == 7
+    assert chosen[-50:].count(7) >= 45
+
+
+def test_step_cost_of_sixteen_drafts_long():
+    assert settled(run_two_levels(AdaptivePolicy(2), step_cost(16), acceptance=0.95)) >= 12
+
+
+def test_low_acceptance_drafts_short():
+    assert settled(run_two_levels(AdaptivePolicy(2), step_cost(16), acceptance=0.3)) <= 3
+
+
+def test_explores_past_the_sizes_seen():
+    """A level that only ever verified batches of 1..5 at high acceptance tries a longer draft."""
+    policy = AdaptivePolicy(2)
+    for batch in range(1, 6):
+        policy.record_draft(1, batch - 1, 0.001 * (batch - 1))
+        policy.record_verify(0, batch, 0.02, batch - 1, batch - 1, 1)
+    policy.begin_round([0, 0])
+    assert policy.shape == (0, 1) and policy.draft_length(0) >= 10
+
+
+def test_unmeasured_sizes_are_predicted_optimistically():
+    cost = BatchCost()
+    cost.add(5, 0.02)
+    assert cost.seconds(2) == cost.seconds(16) == pytest.approx(0.02)
+    cost.add(9, 0.04)
+    assert cost.seconds(8) == pytest.approx(0.02)  # nearest smaller measured size
+    assert cost.seconds(3) == pytest.approx(0.02)  # only larger sizes known: the nearest one
+    assert cost.seconds(9) == cost.seconds(16) == pytest.approx(0.04)
+
+
+def test_batch_cost_forgets():
+    """A size that became cheap is re-learnt, through the policy's own records."""
+    policy = AdaptivePolicy(2)
+    run_two_levels(policy, step_cost(8), acceptance=0.9)
+    assert policy.draft_length(0) == 7
+    for _ in range(30):
+        policy.record_draft(1, MAX_DRAFT, MAX_DRAFT * 0.001)
+        policy.record_verify(0, MAX_DRAFT + 1, 0.02, MAX_DRAFT, MAX_DRAFT, 1)
+    assert policy.cost[0].seconds(MAX_DRAFT + 1) < 0.022
+    policy.begin_round([0, 0])
+    assert policy.draft_length(0) == MAX_DRAFT
+
+
+def test_acceptance_counts_only_judged_drafts():
+    """Drafts after the first rejection were never judged: a = 0.9 must not read as accepted/drafted ~ 0.6."""
+    policy = AdaptivePolicy(2)
+    rng = random.Random(1)
+    for _ in range(400):
+        policy.record_verify(0, 9, 0.02, 8, judge(rng, 8, 0.9), 1)
+    assert policy.acceptance(0, 1) == pytest.approx(0.9, abs=0.04)
+
+
+def test_an_unmeasured_pair_is_estimated_from_the_steps_between():
+    policy = AdaptivePolicy(3)
+    for _ in range(50):
+        policy.record_verify(0, 5, 0.02, 4, 4, 1)
+        policy.record_verify(1, 5, 0.01, 4, 1, 2)
+    assert policy.acceptance(0, 2) == pytest.approx(policy.acceptance(1, 2))
+    assert policy.acceptance(0, 2) < 0.6
+
+
+def test_constant_and_factory():
+    constant = ConstantLength(8, 3)
+    assert [constant.drafter(level) for level in range(3)] == [1, 2, None]
+    assert constant.draft_length(0) == 8
+    assert isinstance(make_policy("adaptive", 3), AdaptivePolicy)
+    assert make_policy("5", 2).draft_length(1) == 5
+
+
+@pytest.mark.parametrize("chunk,room", [(8, 7), (16, 15)])
+def test_verify_room_extends_to_the_end_of_the_chunk(chunk, room):
+    """A middle level may hand up drafts past k while the verifier's batch costs the same."""
+    policy = AdaptivePolicy(2)
+    cost = step_cost(chunk)
+    for batch in range(1, 17):
+        policy.record_verify(0, batch, cost(batch), batch - 1, batch - 1, 1)
+    assert policy.verify_room(0, 3) == room
+    assert policy.verify_room(0, 9) == 15  # batches 10..16 cost what 10 does under either kernel
+    assert ConstantLength(8, 2).verify_room(0, 8) == 8
+
+
+def test_stop_threshold_follows_the_price_of_a_draft_token():
+    """A draft token that is cheap beside the verification it may save is drafted at lower confidence."""
+    policy = AdaptivePolicy(3)
+    policy.record_verify(0, 1, 0.050, 0, 0, None)  # the target: 50 ms a batch
+    policy.record_verify(1, 1, 0.004, 0, 0, None)  # a middle level hardly dearer than the draft
+    policy.record_draft(2, 10, 0.010)  # 1 ms a draft token
+    assert policy.stop_threshold(0, 2, 0.3) == pytest.approx(0.05)
+    assert policy.stop_threshold(1, 2, 0.3) == 0.3
+    assert policy.stop_threshold(0, 2, 0.0) == 0.0
+    assert ConstantLength(8, 3).stop_threshold(0, 1, 0.3) == 0.3
+
+
+def test_report_names_shapes_and_predictions():
+    cost, acceptance = SCENARIOS["three levels"]
+    policy = AdaptivePolicy(len(cost))
+    Machine(cost, acceptance).generate(policy, generations=1)
+    report = policy.report(["target", "mxfp4", "draft", "ngram"])
+    assert sum(report["shapes"].values()) == sum(policy.used.values())
+    assert len(report["predicted"]) == 8 and "target" in report["predicted"]
+    assert list(report["predicted"].values()) == sorted(report["predicted"].values())
+    assert shape_name(["target", "mxfp4", "draft"], (0, 2)) == "target<-draft"
