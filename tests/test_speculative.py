@@ -148,3 +148,16 @@ def test_the_adaptive_chain_leaves_out_a_draft_that_never_agrees(bench_gguf, use
     assert with_draft <= 3 < sum(stats.shapes.values()), stats.shapes
     assert len(stats.predicted) == 8 and "target" in stats.predicted
     assert stats.levels[2].proposed <= 3 * 15
+
+
+def test_the_n_gram_level_joins_adaptive_chains_of_models_only(bench_gguf):
+    """"Speculation off" (the target alone) must stay plain decoding; a fixed length keeps the chain as given."""
+    target, draft = bench_gguf["target_bf16"], bench_gguf["draft_bf16"]
+    with Pipeline.load([target], n_ctx=256, threads=1) as alone:
+        assert alone.roles == ["target"]
+    with Pipeline.load([target, draft], n_ctx=256, threads=1) as adaptive:
+        assert adaptive.roles == ["target", "draft1", "ngram"]
+    with Pipeline.load([target, draft], n_ctx=256, threads=1, draft_length=4) as fixed:
+        assert fixed.roles == ["target", "draft1"]
+    with Pipeline.load([target], n_ctx=256, threads=1, ngram=True) as asked:
+        assert asked.roles == ["target", "ngram"]

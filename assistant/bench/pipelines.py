@@ -32,7 +32,7 @@ class PipelineSpec:
         """The adaptive policy gets the n-gram level below the last model, as in the product."""
         from assistant.speculative.pipeline import default_ngram
 
-        return default_ngram(self.draft_length)
+        return default_ngram(self.draft_length, len(self.roles))
 
     @property
     def env(self) -> dict[str, str]:

@@ -26,8 +26,8 @@ def add_arguments(parser):
     models.add_argument("--draft", action="append", default=[], help="draft GGUF below the previous level (repeatable)")
     models.add_argument("--levels", type=int, help="use only the first N levels (1 = the target alone)")
     models.add_argument("--ngram", action=argparse.BooleanOptionalAction, default=None,
-                        help="add the prompt-lookup n-gram drafter as the lowest level (default: only with "
-                             "--draft-length adaptive, whose policy keeps it where it pays)")
+                        help="add the prompt-lookup n-gram drafter as the lowest level (default: with "
+                             "--draft-length adaptive and two or more models; the policy keeps it where it pays)")
     models.add_argument("--draft-length", default="adaptive",
                         help="tokens drafted per verification: a number (every level takes part, each drafting "
                              "that many) or 'adaptive' (default: before each verification the policy picks which "

@@ -36,7 +36,7 @@ class Pipeline:
 
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
         ``ngram`` adds the prompt-lookup drafter below the last model; by default the adaptive policy gets
-        it (it costs next to nothing, and the policy keeps it only where it pays) and a fixed length not.
+        it under two or more models (it costs next to nothing, and the policy keeps it only where it pays).
         """
         from assistant.engine import Model, default_threads
         from assistant.speculative.vocab import shared_vocab_size
@@ -61,7 +61,7 @@ class Pipeline:
             for model in models:
                 model.close()
             raise
-        if default_ngram(draft_length) if ngram is None else ngram:
+        if default_ngram(draft_length, len(chain)) if ngram is None else ngram:
             chain.append(NgramLevel(capacity=n_ctx))
         return cls(chain, n_ctx, draft_length, confidence, n_shared, accept)
 
@@ -190,8 +190,10 @@ class Pipeline:
         self.close()
 
 
-def default_ngram(draft_length) -> bool:
-    return draft_length == "adaptive"
+def default_ngram(draft_length, models: int) -> bool:
+    """The adaptive policy gets the n-gram level under a chain of models; the target alone stays alone (that
+    is what "speculation off" and ``--levels 1`` ask for)."""
+    return draft_length == "adaptive" and models > 1
 
 
 def model_levels(roles_and_models: list, n_ctx: int, threads: int) -> list[ModelLevel]:
