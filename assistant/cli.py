@@ -11,7 +11,7 @@ import sys
 from assistant import __version__
 from assistant.errors import AssistantError
 
-COMMANDS = ("chat", "generate", "convert", "pull", "models", "bench", "doctor")
+COMMANDS = ("chat", "generate", "serve", "convert", "pull", "models", "bench", "doctor")
 DEFAULT_COMMAND = "chat"
 
 

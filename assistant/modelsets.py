@@ -73,6 +73,7 @@ def _read(models_dir: Path) -> dict:
 def _write(models_dir: Path, data: dict) -> None:
     path = registry_path(models_dir)
     partial = path.with_name(path.name + ".part")
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(partial, path)
 

@@ -8,6 +8,7 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.hub",
     "tests.fixtures.chat",
+    "tests.fixtures.serve",
 ]
 
 

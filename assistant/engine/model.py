@@ -75,6 +75,15 @@ class Model(NativeHandle):
     def eos_token(self) -> int:
         return self._lib.llama_vocab_eos(self.vocab)
 
+    @property
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """The fill-in-the-middle prefix, suffix and middle tokens, or None where the vocabulary lacks one
+        (llama.cpp finds them by metadata or by their usual spellings, e.g. "<|fim_prefix|>")."""
+        lib = self._lib
+        tokens = (lib.llama_vocab_fim_pre(self.vocab), lib.llama_vocab_fim_suf(self.vocab),
+                  lib.llama_vocab_fim_mid(self.vocab))
+        return tokens if all(token >= 0 for token in tokens) else None
+
     def token_string(self, token: int) -> str:
         """A special token's text (e.g. "<|im_end|>"), for chat templates that name bos/eos."""
         return self.piece(token, special=True).decode("utf-8", errors="replace") if token >= 0 else ""

@@ -76,7 +76,12 @@ class Pipeline:
     def generate(self, prompt, sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
                  cancel=None) -> Iterator[TokenEvent | Stats]:
         """Stream the continuation of ``prompt`` (text or token ids): TokenEvents, then one Stats."""
-        tokens = self._prompt_tokens(prompt)
+        tokens = self.prompt_tokens(prompt)
+        if len(tokens) >= self.n_ctx:
+            raise AssistantError(
+                f"the prompt has {len(tokens)} tokens but the context holds {self.n_ctx}: "
+                "shorten it or raise the context size"
+            )
         if isinstance(stop, str):
             stop = [stop]
         if max_tokens < 0:
@@ -89,7 +94,8 @@ class Pipeline:
     def detokenize(self, tokens: list[int]) -> str:
         return self.target.detokenize(tokens)
 
-    def _prompt_tokens(self, prompt) -> list[int]:
+    def prompt_tokens(self, prompt) -> list[int]:
+        """``prompt`` (text, or token ids checked against the vocabulary) as token ids; never empty."""
         if isinstance(prompt, str):
             tokens = self.tokenize(prompt)
         else:
@@ -99,11 +105,6 @@ class Pipeline:
                 raise AssistantError(f"prompt token {bad[0]} is outside the vocabulary of {self.chain.n_shared} tokens")
         if not tokens:
             raise AssistantError("the prompt is empty")
-        if len(tokens) >= self.n_ctx:
-            raise AssistantError(
-                f"the prompt has {len(tokens)} tokens but the context holds {self.n_ctx}: "
-                "shorten it or raise the context size"
-            )
         return tokens
 
     def _generate(self, prompt: list[int], sampling, max_tokens, stop, cancel):

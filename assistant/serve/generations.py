@@ -1,0 +1,166 @@
+"""One generation at a time on the loaded model set, the rest waiting in a bounded first-in-first-out queue.
+
+A llama.cpp context serves one sequence at a time, so a single thread owns the pipeline: it loads it, then
+takes jobs in arrival order. Each job's events travel back to the asyncio loop through its own queue; a
+job whose client left is cancelled (the pipeline checks between verification rounds) or, still waiting,
+simply removed."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from dataclasses import dataclass
+
+from assistant.errors import AssistantError
+from assistant.serve.protocol import ApiError, GenerationRequest
+
+DONE = object()  # the last event of every job
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt fitted and generation began: from here on the response is a success."""
+
+    prompt_tokens: int
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Job:
+    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop):
+        self.request = request
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self._loop = loop
+
+    def emit(self, event) -> None:
+        """Called from the generation thread; a closed loop (server shutting down) drops the event."""
+        try:
+            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:
+            self.cancelled.set()
+
+    async def next_event(self):
+        if not self.events.empty():  # the common case while streaming: no timer, no task
+            return self.events.get_nowait()
+        return await self.events.get()
+
+
+class Generations:
+    """Owns the pipeline of one model set; ``submit`` jobs from the event loop, the thread runs them."""
+
+    def __init__(self, load, make_prompt, max_waiting: int, default_temperature: float = 0.0, on_failure=None):
+        """``load()`` returns the Pipeline; ``make_prompt(pipeline, request)`` its prompt token ids."""
+        self._load, self._make_prompt = load, make_prompt
+        self.max_waiting = max_waiting
+        self.default_temperature = default_temperature
+        self._on_failure = on_failure
+        self.pipeline = None
+        self.state, self.error = "loading", None
+        self.served = self.cancelled_count = 0  # finished jobs; of them, stopped because their client left
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._running: Job | None = None
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._work, name="generation", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest, loop) -> Job:
+        job = Job(request, loop)
+        with self._wake:
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull()
+            self._waiting.append(job)
+            self._wake.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """The client is gone: drop the job if it is still waiting, stop it at the next round if running."""
+        job.cancelled.set()
+        with self._wake:
+            if job in self._waiting:
+                self._waiting.remove(job)
+                self.cancelled_count += 1
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel everything, let the thread close the pipeline, and wait for it."""
+        with self._wake:
+            self._stopping = True
+            for job in self._waiting:
+                job.cancelled.set()
+            self._waiting.clear()
+            if self._running is not None:
+                self._running.cancelled.set()
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # --- the generation thread --------------------------------------------------------------------
+    def _work(self) -> None:
+        try:
+            self.pipeline = self._load()
+        except Exception as error:  # AssistantError or a native failure: the server cannot serve
+            self.state, self.error = "failed", str(error)
+            if self._on_failure:
+                self._on_failure(self.error)
+            return
+        self.state = "ready"
+        try:
+            while True:
+                with self._wake:
+                    while not self._waiting and not self._stopping:
+                        self._wake.wait()
+                    if self._stopping:
+                        return
+                    job = self._running = self._waiting.popleft()
+                try:
+                    self._run(job)
+                finally:
+                    with self._wake:
+                        self._running = None
+                    self.served += 1
+        finally:
+            self.pipeline.close()
+
+    def _run(self, job: Job) -> None:
+        from assistant.speculative import Sampling
+
+        request, pipeline = job.request, self.pipeline
+        try:
+            try:
+                prompt = self._make_prompt(pipeline, request)
+            except AssistantError as error:
+                raise ApiError(400, str(error), "messages" if request.messages is not None else "prompt") from None
+            room = pipeline.n_ctx - len(prompt)
+            max_tokens = request.max_tokens if request.max_tokens is not None else room
+            if room < 1 or max_tokens > room:
+                raise ApiError(
+                    400, f"the context holds {pipeline.n_ctx} tokens, but the prompt has {len(prompt)} and "
+                    f"{max_tokens} more were asked for: shorten the prompt or ask for fewer tokens",
+                    "messages" if request.messages is not None else "prompt", "context_length_exceeded")
+            temperature = self.default_temperature if request.temperature is None else request.temperature
+            sampling = Sampling(temperature, request.top_k, request.top_p, request.seed)
+            job.emit(Started(len(prompt)))
+            for event in pipeline.generate(prompt, sampling, max_tokens, request.stop, job.cancelled):
+                job.emit(event)
+            if job.cancelled.is_set():
+                self.cancelled_count += 1
+        except ApiError as error:
+            job.emit(error)
+        except Exception as error:  # whatever a request does, the server stays up
+            job.emit(ApiError(500, f"generation failed: {error}"))
+        finally:
+            job.emit(DONE)
