@@ -168,15 +168,20 @@ class Server:
             self.generations.cancel(job)
 
     async def next_watching(self, request: Request, job):
-        """The job's next event; raises ClientGone if the client disconnects while we wait."""
+        """The job's next event; raises ClientGone if the client disconnects meanwhile (checked every
+        DISCONNECT_POLL seconds, whether or not events flow)."""
+        loop = asyncio.get_running_loop()
         while True:
+            if loop.time() >= job.watched + DISCONNECT_POLL:
+                job.watched = loop.time()
+                if await request.is_disconnected():
+                    raise ClientGone()
             if not job.events.empty():
                 return job.events.get_nowait()
             try:
                 return await asyncio.wait_for(job.events.get(), DISCONNECT_POLL)
             except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise ClientGone() from None
+                pass
 
     # --- checks -----------------------------------------------------------------------------------
     def authorize(self, request: Request) -> None:

@@ -34,6 +34,7 @@ class Job:
         self.request = request
         self.events: asyncio.Queue = asyncio.Queue()
         self.cancelled = threading.Event()
+        self.watched = loop.time()  # when the HTTP side last checked that the client is still there
         self._loop = loop
 
     def emit(self, event) -> None:
