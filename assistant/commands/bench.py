@@ -16,6 +16,7 @@ from assistant.errors import AssistantError
 HELP = "benchmark speculative decoding pipelines against the target alone and llama.cpp; write a report"
 QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
 LIMIT_B = 12
+SERVING_PROMPTS = 8
 
 
 def add_arguments(parser):
@@ -41,6 +42,10 @@ def add_arguments(parser):
     parser.add_argument("--sweep-lengths", default="2,4,8", help="draft lengths tried for llama.cpp (default 2,4,8)")
     parser.add_argument("--kernel", action="store_true",
                         help="also run the kernel benchmark (python -m native.bench) and include its table and chart")
+    parser.add_argument("--serving", action="store_true",
+                        help="measure `assistant serve` instead: the same prompts streamed through the server and "
+                             "answered in process, alternating, on the default model set (the demo set on a fresh "
+                             "machine); writes serving.json (default 8 prompts)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
                              "(default: the packaged demo set, the same trained pair as ../shared/models)")
@@ -85,6 +90,8 @@ def run(args) -> int:
         lengths = tuple(int(x) for x in args.sweep_lengths.split(",") if x.strip())
     except ValueError:
         raise AssistantError(f"--sweep-lengths: not a list of integers: {args.sweep_lengths!r}") from None
+    if args.serving:
+        return _serving(args)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
@@ -127,6 +134,29 @@ def run(args) -> int:
     (args.out / "bench.md").write_text(text)
     print(text)
     log(f"[bench] wrote {args.out}/bench.json, bench.md and charts in {result['seconds'] / 60:.1f} min")
+    return 0
+
+
+def _serving(args) -> int:
+    """`--serving`: the server's tokens/s over the in-process pipeline's, on the same prompts."""
+    import sys
+
+    from assistant.bench import report, serving
+    from assistant.demo import model_set_or_demo
+
+    prompts = load_prompts(args.prompts, args.limit or SERVING_PROMPTS)
+    model_set = model_set_or_demo(say=lambda text: print(text, file=sys.stderr, flush=True))
+    machine = report.machine()
+    print(f"[bench] serving overhead on {machine['cpu']} ({machine['cpu_class']}, {machine['kernels']}), model set "
+          f"{model_set.name!r}, {len(prompts)} prompts x {args.max_tokens or 128} tokens, {args.threads} threads",
+          file=sys.stderr, flush=True)
+    result = serving.measure(model_set, prompts, args.max_tokens or 128, args.threads,
+                             say=lambda text: print(text, file=sys.stderr, flush=True))
+    result["machine"] = machine
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(result, args.out / "serving.json")
+    print(f"served / direct tokens/s (geomean over {len(prompts)} prompts, identical answers): "
+          f"{result['served_over_direct']:.3f}")
     return 0
 
 

@@ -127,18 +127,20 @@ class Server:
                            "retry later", code="queue_full", kind="server_busy") from None
         handed_over = False
         try:
-            first = await self.next_watching(request, job)
+            first, *rest = await self.next_watching(request, job)
             if isinstance(first, ApiError):
                 raise first
             assert isinstance(first, Started), first
             answer = Answer(shape, self.model_name, generations.pipeline.roles)
             if generation.stream:
                 handed_over = True
-                return StreamingResponse(self.stream(job, answer, generation.include_usage),
+                return StreamingResponse(self.stream(job, answer, generation.include_usage, rest),
                                          media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            while (event := await self.next_watching(request, job)) is not DONE:
-                answer.take(event)
+            while not answer.done:
+                for event in rest:
+                    answer.take(event)
+                rest = [] if answer.done else await self.next_watching(request, job)
             if answer.error:
                 raise answer.error
             return JSONResponse(answer.whole())
@@ -148,27 +150,33 @@ class Server:
             if not handed_over:
                 generations.cancel(job)  # a no-op once the job is done
 
-    async def stream(self, job, answer: "Answer", include_usage: bool):
-        """Server-Sent Events: one chunk per piece of text, the finish chunk with our statistics, the usage
-        chunk when asked for, then ``data: [DONE]``. Starlette cancels this when the client disconnects."""
+    async def stream(self, job, answer: "Answer", include_usage: bool, events: list):
+        """Server-Sent Events: one chunk per piece of text (the pieces that arrived together go in one write),
+        the finish chunk with our statistics, the usage chunk when asked for, then ``data: [DONE]``.
+        Starlette cancels this when the client disconnects."""
         try:
-            for chunk in answer.opening(include_usage):
-                yield _event(chunk)
-            while (event := await job.next_event()) is not DONE:
-                chunk = answer.take(event, include_usage)
-                if chunk is not None:
-                    yield _event(chunk)
+            chunks = answer.opening(include_usage)
+            while True:
+                for event in events:
+                    chunk = answer.take(event, include_usage)
+                    if chunk is not None:
+                        chunks.append(chunk)
+                if answer.done:
+                    break
+                if chunks:
+                    yield b"".join(map(_event, chunks))
+                    chunks = []
+                events = await job.next_events()
             if answer.error:
-                yield _event(answer.error.body())
+                chunks.append(answer.error.body())
             else:
-                for chunk in answer.closing(include_usage):
-                    yield _event(chunk)
-            yield b"data: [DONE]\n\n"
+                chunks += answer.closing(include_usage)
+            yield b"".join(map(_event, chunks)) + b"data: [DONE]\n\n"
         finally:
             self.generations.cancel(job)
 
-    async def next_watching(self, request: Request, job):
-        """The job's next event; raises ClientGone if the client disconnects meanwhile (checked every
+    async def next_watching(self, request: Request, job) -> list:
+        """The job's next events; raises ClientGone if the client disconnects meanwhile (checked every
         DISCONNECT_POLL seconds, whether or not events flow)."""
         loop = asyncio.get_running_loop()
         while True:
@@ -176,12 +184,9 @@ class Server:
                 job.watched = loop.time()
                 if await request.is_disconnected():
                     raise ClientGone()
-            if not job.events.empty():
-                return job.events.get_nowait()
-            try:
-                return await asyncio.wait_for(job.events.get(), DISCONNECT_POLL)
-            except asyncio.TimeoutError:
-                pass
+            events = await job.next_events(DISCONNECT_POLL)
+            if events:
+                return events
 
     # --- checks -----------------------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -233,10 +238,13 @@ class Answer:
         self.pieces: list[str] = []
         self.stats = None
         self.error: ApiError | None = None
+        self.done = False
 
     def take(self, event, include_usage: bool = False) -> dict | None:
         """Record an event; return the chunk to stream for it, if any."""
-        if isinstance(event, ApiError):
+        if event is DONE:
+            self.done = True
+        elif isinstance(event, ApiError):
             self.error = event
         elif hasattr(event, "new_tokens"):  # the Stats record
             self.stats = event

@@ -30,24 +30,44 @@ class QueueFull(Exception):
 
 
 class Job:
+    """One request's generation. Events cross from the generation thread to the event loop in batches: the
+    thread appends and wakes the loop only if no wake-up is already on its way, so a verification round's
+    burst of accepted tokens costs one wake-up and one network write, not one per token."""
+
     def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop):
         self.request = request
-        self.events: asyncio.Queue = asyncio.Queue()
         self.cancelled = threading.Event()
         self.watched = loop.time()  # when the HTTP side last checked that the client is still there
         self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list = []
+        self._signalled = False
+        self._ready = asyncio.Event()
 
     def emit(self, event) -> None:
-        """Called from the generation thread; a closed loop (server shutting down) drops the event."""
+        """Called from the generation thread; a closed loop (server shutting down) cancels the job."""
+        with self._lock:
+            self._pending.append(event)
+            if self._signalled:
+                return
+            self._signalled = True
         try:
-            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:
             self.cancelled.set()
 
-    async def next_event(self):
-        if not self.events.empty():  # the common case while streaming: no timer, no task
-            return self.events.get_nowait()
-        return await self.events.get()
+    async def next_events(self, timeout: float | None = None) -> list:
+        """Every event emitted since the last call, waiting for one if there is none; [] after ``timeout``."""
+        while True:
+            with self._lock:
+                events, self._pending, self._signalled = self._pending, [], False
+            if events:
+                return events
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except asyncio.TimeoutError:
+                return []
 
 
 class Generations:
