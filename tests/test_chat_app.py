@@ -110,10 +110,10 @@ async def test_window_is_interactive_while_models_load(demo_set):
 
 async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set, monkeypatch):
     """Switching sets while one loads never loads two at once, and the window ends on the last choice."""
-    from assistant.ui.screens import chat as chat_screen
+    from assistant.chat import backend
 
     modelsets.register("demo-copy", demo_set.levels)
-    real = chat_screen.backend.load_pipeline
+    real = backend.load_pipeline
     running, most, loaded = [0], [0], []
 
     def load(model_set, settings):
@@ -127,7 +127,7 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
         finally:
             running[0] -= 1
 
-    monkeypatch.setattr(chat_screen.backend, "load_pipeline", load)
+    monkeypatch.setattr(backend, "load_pipeline", load)
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
@@ -137,7 +137,7 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
         status = screen.query_one(StatusLine)
         assert most[0] == 1, "two model sets were loading at once"
         assert screen.model_set.name == "demo-copy" and status.model.startswith("demo-copy")
-        assert status.state == "ready" and screen.pipeline is loaded[-1][1] and loaded[-1][0] == "demo-copy"
+        assert status.state == "ready" and screen.loader.pipeline is loaded[-1][1] and loaded[-1][0] == "demo-copy"
         assert all(pipeline.levels == [] for _, pipeline in loaded[:-1]), "superseded pipelines are closed"
         await ask(pilot)
         assert screen.query_one(AnswerView).text.strip()

@@ -1,7 +1,8 @@
 """The main screen: conversation list, messages, input, legend and status line, and the work behind them.
 
-Models load and answers generate in worker threads; they hand results back with ``call_from_thread``,
-so the screen stays responsive and a backend failure becomes a message, never a crash."""
+Models load in ``ModelLoader``, which posts ``Loaded``; answers generate in a worker thread that hands results
+back with ``call_from_thread``, so the screen stays responsive and a backend failure becomes a message, never
+a crash."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.levels import legend
 from assistant.ui.widgets.messages import AnswerView, MessageView
+from assistant.ui.widgets.model_loader import ModelLoader
 from assistant.ui.widgets.prompt_input import PromptInput
 from assistant.ui.widgets.status_line import StatusLine, describe_stats
 
@@ -56,16 +58,10 @@ class ChatScreen(Screen):
         self.resume = resume
         self.conversation: Conversation | None = None
         self.model_set: modelsets.ModelSet | None = None
-        self.pipeline = None
-        self.load_error: str | None = None
-        self.ready = threading.Event()  # set once a load finished, successfully or not
+        self.loader = ModelLoader()
         self.cancel = threading.Event()
         self.generating = False
-        self.closing = False  # set on unmount: workers then close what they hold instead of reporting
-        # Loads run one at a time (two model sets in memory at once could exhaust it) and only the latest
-        # request's pipeline is kept: an earlier one that finishes late is closed, not shown.
-        self.loading_lock = threading.Lock()
-        self.load_request = 0
+        self.closing = False  # set on unmount: the answer's worker then closes the pipeline instead of reporting
 
     @property
     def store(self) -> Store:
@@ -85,6 +81,7 @@ class ChatScreen(Screen):
                 yield PromptInput(id="prompt")
                 yield StatusLine(id="status")
         yield Footer()
+        yield self.loader
 
     async def on_mount(self) -> None:
         self.query_one("#legend").display = self.settings.speculation_view
@@ -104,14 +101,11 @@ class ChatScreen(Screen):
     def load_models(self) -> None:
         """Load the chosen model set in a thread; the window stays usable and typing can start at once."""
         status = self.query_one(StatusLine)
-        old, self.pipeline = self.pipeline, None
-        self.ready.clear()
-        self.load_request += 1  # any load still running is superseded from here on
         try:
             self.model_set = modelsets.get(self.settings.model_set)
         except modelsets.ModelSetError as error:
             self.model_set = None
-            self._loaded(None, str(error), old, self.load_request)
+            self.loader.fail(str(error))
             return
         count = self.settings.level_count(len(self.model_set.levels))
         roles = [level.role for level in self.model_set.levels[:count]]
@@ -120,40 +114,17 @@ class ChatScreen(Screen):
         status.speed = status.context = ""
         status.loading = True
         self.query_one("#banner", Static).update(banner_text(self.model_set.name))
-        self._load(self.model_set, dataclasses.replace(self.settings), old, self.load_request)
+        self.loader.load(self.model_set, dataclasses.replace(self.settings))
 
-    @work(thread=True, group="load")
-    def _load(self, model_set, settings, old, request: int) -> None:
-        with self.loading_lock:
-            if old is not None:
-                old.close()
-            if request != self.load_request:  # a newer request came while this one waited
-                return
-            try:
-                pipeline, error = backend.load_pipeline(model_set, settings), None
-            except AssistantError as failure:
-                pipeline, error = None, str(failure)
-        if self.closing:
-            if pipeline is not None:
-                pipeline.close()
-            return
-        self.app.call_from_thread(self._loaded, pipeline, error, None, request)
-
-    def _loaded(self, pipeline, error: str | None, old, request: int | None = None) -> None:
-        if old is not None:
-            old.close()
-        if request is not None and request != self.load_request:
-            if pipeline is not None:  # superseded while loading: the newer request's load follows
-                pipeline.close()
-            return
-        self.pipeline, self.load_error = pipeline, error
-        self.ready.set()
+    @on(ModelLoader.Loaded)
+    async def _loaded(self, message: ModelLoader.Loaded) -> None:
         status = self.query_one(StatusLine)
         status.loading = False
-        if error:
+        if message.error:
             status.state = "no model"
-            self.call_later(self.show_error, error)
+            await self.show_error(message.error)
             return
+        pipeline = message.pipeline
         self.query_one("#legend", Static).update(legend(list(pipeline.roles)))
         status.state = "ready"
         status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
@@ -305,27 +276,29 @@ class ChatScreen(Screen):
         messages.anchor()
         self.cancel = threading.Event()
         self.generating = True
-        self.query_one(StatusLine).state = "answering…" if self.ready.is_set() else "waiting for the model…"
+        self.query_one(StatusLine).state = "answering…" if self.loader.ready.is_set() else "waiting for the model…"
         prompt = backend.prompt_messages(conversation.system_prompt, history)
         self._generate(view, answer.id, prompt, dataclasses.replace(self.settings), self.cancel)
 
     @work(thread=True, group="generate")
     def _generate(self, view: AnswerView, answer_id: int, prompt: list[dict], settings, cancel: threading.Event) -> None:
-        while not self.ready.wait(0.1):
+        loader = self.loader
+        while not loader.ready.wait(0.1):
             if cancel.is_set():
                 self.app.call_from_thread(self._finished, view, {"stop_reason": "cancelled"}, None, None)
                 return
         stats = error = context = None
         store = Store(self.store.path)  # SQLite connections stay in the thread that made them
         try:
-            if self.pipeline is None:
-                raise AssistantError(self.load_error or "no model is loaded")
+            pipeline = loader.pipeline
+            if pipeline is None:
+                raise AssistantError(loader.error or "no model is loaded")
             def show(pieces):
                 if not self.closing:
                     self.app.call_from_thread(view.add_pieces, pieces)
 
-            stats = backend.generate(self.pipeline, store, answer_id, prompt, settings, cancel, show)
-            context = (self.pipeline.context_used, self.pipeline.n_ctx)
+            stats = backend.generate(pipeline, store, answer_id, prompt, settings, cancel, show)
+            context = (pipeline.context_used, pipeline.n_ctx)
         except AssistantError as failure:
             error = str(failure)
         except Exception as failure:  # never let a backend bug kill the app
@@ -333,21 +306,22 @@ class ChatScreen(Screen):
         finally:
             store.close()
         if self.closing:
-            if self.pipeline is not None:
-                self.pipeline.close()
+            if loader.pipeline is not None:
+                loader.pipeline.close()
             return
         self.app.call_from_thread(self._finished, view, stats, error, context)
 
     async def _finished(self, view: AnswerView, stats: dict | None, error: str | None, context) -> None:
         self.generating = False
         status = self.query_one(StatusLine)
-        status.state = "ready" if self.pipeline is not None else "no model"
+        pipeline = self.loader.pipeline
+        status.state = "ready" if pipeline is not None else "no model"
         if context:
             status.context = f"ctx {context[0]}/{context[1]}"
         if stats:
             status.speed = describe_stats(stats)
-            if self.pipeline is not None:
-                self.query_one("#legend", Static).update(legend(list(self.pipeline.roles), stats))
+            if pipeline is not None:
+                self.query_one("#legend", Static).update(legend(list(pipeline.roles), stats))
         await view.finish(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
         if error:
             if not view.text:
@@ -451,5 +425,5 @@ class ChatScreen(Screen):
     def on_unmount(self) -> None:
         self.closing = True
         self.cancel.set()
-        if not self.generating and self.pipeline is not None:
-            self.pipeline.close()
+        if not self.generating and self.loader.pipeline is not None:
+            self.loader.pipeline.close()
