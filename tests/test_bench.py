@@ -149,3 +149,16 @@ def test_workload_b_padded_pair_runs_identical_and_is_memory_bound(tmp_path):
     assert 12 < ratio < 16
     for key, row in workload["summary"].items():
         assert row["differing_prompts"] == 0 or key == "llama.cpp-plain", key
+
+
+def test_serving_run_compares_the_server_with_in_process_generation(tmp_path, demo_set):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "fib", "messages": [{"role": "user", "content": "def fibonacci(n):"}]}\n'
+                       '{"id": "stack", "messages": [{"role": "user", "content": "class Stack:"}]}\n')
+    done = bench("--serving", "--prompts", str(prompts), "--max-tokens", "16", "--threads", "1",
+                 "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "serving.json").read_text())
+    assert [row["id"] for row in result["rows"]] == ["fib", "stack"] and result["model_set"] == "demo"
+    assert all(row["served_tps"] > 0 and row["direct_tps"] > 0 for row in result["rows"])
+    assert "served / direct tokens/s" in done.stdout and result["machine"]["cpu"]
