@@ -39,8 +39,3 @@ class ChatApp(App):
             return
         bindings = [active.binding for active in self.screen.active_bindings.values() if active.binding.id]
         self.push_screen(HelpScreen(bindings, str(home.config_path())))
-
-    def on_unmount(self) -> None:
-        for screen in self.screen_stack:
-            if isinstance(screen, ChatScreen):
-                screen.cancel.set()

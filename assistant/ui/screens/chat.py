@@ -1,15 +1,14 @@
 """The main screen: conversation list, messages, input, legend and status line, and the work behind them.
 
-Models load in ``ModelLoader``, which posts ``Loaded``; answers generate in a worker thread that hands results
-back with ``call_from_thread``, so the screen stays responsive and a backend failure becomes a message, never
-a crash."""
+The work runs in components that report back with messages: ``ModelLoader`` loads a model set and posts
+``Loaded``, ``Answerer`` streams an answer and posts ``Finished``. The screen stays responsive, and a backend
+failure becomes a message, never a crash."""
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -21,9 +20,9 @@ from assistant.chat import backend, export
 from assistant.chat.codeblocks import code_blocks
 from assistant.chat.settings import save as save_settings
 from assistant.chat.store import Conversation, Store
-from assistant.errors import AssistantError
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.widgets.conversation_list import ConversationList
+from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.levels import legend
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.model_loader import ModelLoader
@@ -59,9 +58,7 @@ class ChatScreen(Screen):
         self.conversation: Conversation | None = None
         self.model_set: modelsets.ModelSet | None = None
         self.loader = ModelLoader()
-        self.cancel = threading.Event()
-        self.generating = False
-        self.closing = False  # set on unmount: the answer's worker then closes the pipeline instead of reporting
+        self.answerer = Answerer(self.loader)
 
     @property
     def store(self) -> Store:
@@ -82,6 +79,7 @@ class ChatScreen(Screen):
                 yield StatusLine(id="status")
         yield Footer()
         yield self.loader
+        yield self.answerer
 
     async def on_mount(self) -> None:
         self.query_one("#legend").display = self.settings.speculation_view
@@ -253,7 +251,7 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> None:
-        if self.generating:
+        if self.answerer.generating:
             self.query_one(PromptInput).text = text
             self.notify("Still answering: Esc stops it.")
             return
@@ -274,60 +272,28 @@ class ChatScreen(Screen):
         messages = self.query_one("#messages", VerticalScroll)
         await messages.mount(view)
         messages.anchor()
-        self.cancel = threading.Event()
-        self.generating = True
         self.query_one(StatusLine).state = "answering…" if self.loader.ready.is_set() else "waiting for the model…"
         prompt = backend.prompt_messages(conversation.system_prompt, history)
-        self._generate(view, answer.id, prompt, dataclasses.replace(self.settings), self.cancel)
+        self.answerer.start(view, prompt, dataclasses.replace(self.settings))
 
-    @work(thread=True, group="generate")
-    def _generate(self, view: AnswerView, answer_id: int, prompt: list[dict], settings, cancel: threading.Event) -> None:
-        loader = self.loader
-        while not loader.ready.wait(0.1):
-            if cancel.is_set():
-                self.app.call_from_thread(self._finished, view, {"stop_reason": "cancelled"}, None, None)
-                return
-        stats = error = context = None
-        store = Store(self.store.path)  # SQLite connections stay in the thread that made them
-        try:
-            pipeline = loader.pipeline
-            if pipeline is None:
-                raise AssistantError(loader.error or "no model is loaded")
-            def show(pieces):
-                if not self.closing:
-                    self.app.call_from_thread(view.add_pieces, pieces)
-
-            stats = backend.generate(pipeline, store, answer_id, prompt, settings, cancel, show)
-            context = (pipeline.context_used, pipeline.n_ctx)
-        except AssistantError as failure:
-            error = str(failure)
-        except Exception as failure:  # never let a backend bug kill the app
-            error = f"unexpected error: {failure!r}"
-        finally:
-            store.close()
-        if self.closing:
-            if loader.pipeline is not None:
-                loader.pipeline.close()
-            return
-        self.app.call_from_thread(self._finished, view, stats, error, context)
-
-    async def _finished(self, view: AnswerView, stats: dict | None, error: str | None, context) -> None:
-        self.generating = False
+    @on(Answerer.Finished)
+    async def _finished(self, message: Answerer.Finished) -> None:
+        view, stats = message.view, message.stats
         status = self.query_one(StatusLine)
         pipeline = self.loader.pipeline
         status.state = "ready" if pipeline is not None else "no model"
-        if context:
-            status.context = f"ctx {context[0]}/{context[1]}"
+        if message.context:
+            status.context = f"ctx {message.context[0]}/{message.context[1]}"
         if stats:
             status.speed = describe_stats(stats)
             if pipeline is not None:
                 self.query_one("#legend", Static).update(legend(list(pipeline.roles), stats))
         await view.finish(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
-        if error:
+        if message.error:
             if not view.text:
                 self.store.delete_message(view.message_id)
                 await view.remove()
-            await self.show_error(error)
+            await self.show_error(message.error)
         if self.conversation:
             self.store.touch(self.conversation.id, self.model_set.name if self.model_set else None)
             self.refresh_conversations()
@@ -342,8 +308,7 @@ class ChatScreen(Screen):
         self.query_one("#messages").anchor()
 
     def action_stop(self) -> None:
-        if self.generating:
-            self.cancel.set()
+        if self.answerer.stop():
             self.query_one(StatusLine).state = "stopping…"
 
     async def action_regenerate(self) -> None:
@@ -361,9 +326,9 @@ class ChatScreen(Screen):
         await self.start_answer()
 
     def _busy(self) -> bool:
-        if self.generating:
+        if self.answerer.generating:
             self.notify("Still answering: press Esc to stop it first.")
-        return self.generating
+        return self.answerer.generating
 
     # settings and clipboard
 
@@ -423,7 +388,6 @@ class ChatScreen(Screen):
         self.settings.max_tokens = value
 
     def on_unmount(self) -> None:
-        self.closing = True
-        self.cancel.set()
-        if not self.generating and self.loader.pipeline is not None:
+        """Runs after the components' own unmount; an answer still running closes the pipeline itself."""
+        if not self.answerer.generating and self.loader.pipeline is not None:
             self.loader.pipeline.close()

@@ -1,0 +1,90 @@
+"""Generates one answer in a worker thread, streaming it into its ``AnswerView``, and posts ``Finished``.
+
+The answer is saved as it streams (``backend.generate``) and a piece reaches the screen only once committed,
+so nothing shown is ever lost; any backend failure arrives as ``Finished.error``, never as a crash."""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+
+from textual import on, work
+from textual.message import Message
+from textual.widget import Widget
+
+from assistant.chat import backend
+from assistant.chat.store import Store
+from assistant.errors import AssistantError
+from assistant.ui.widgets.messages import AnswerView
+from assistant.ui.widgets.model_loader import ModelLoader
+
+
+class Answerer(Widget):
+    """Runs the answers on the pipeline ``loader`` holds; never shown."""
+
+    class Finished(Message):
+        """An answer ended: its statistics, or an error, and the context in use afterwards."""
+
+        def __init__(self, view: AnswerView, stats: dict | None, error: str | None, context: tuple[int, int] | None):
+            super().__init__()
+            self.view = view
+            self.stats = stats
+            self.error = error
+            self.context = context
+
+    def __init__(self, loader: ModelLoader):
+        super().__init__()
+        self.display = False
+        self.loader = loader
+        self.generating = False
+        self.cancel = threading.Event()
+        self.closing = False  # set on unmount: the worker then closes the pipeline instead of reporting
+
+    def start(self, view: AnswerView, prompt: list[dict], settings) -> None:
+        """Answer ``prompt`` into ``view`` (its message is already saved), once the model has loaded."""
+        self.cancel = threading.Event()
+        self.generating = True
+        self._generate(view, prompt, settings, self.cancel)
+
+    def stop(self) -> bool:
+        """Cancel the answer being generated, keeping what it said; False when there is none."""
+        if self.generating:
+            self.cancel.set()
+        return self.generating
+
+    def show(self, view: AnswerView, pieces: list[tuple[int, str]]) -> None:
+        """Hand committed pieces to the view; returns once they are on screen."""
+        if not self.closing:
+            self.app.call_from_thread(view.add_pieces, pieces)
+
+    @work(thread=True, group="generate")
+    def _generate(self, view: AnswerView, prompt: list[dict], settings, cancel: threading.Event) -> None:
+        loader = self.loader
+        while not loader.ready.wait(0.1):
+            if cancel.is_set():
+                self.post_message(self.Finished(view, {"stop_reason": "cancelled"}, None, None))
+                return
+        pipeline = loader.pipeline
+        stats = error = context = None
+        store = Store(self.app.store.path)  # SQLite connections stay in the thread that made them
+        try:
+            if pipeline is None:
+                raise AssistantError(loader.error or "no model is loaded")
+            stats = backend.generate(pipeline, store, view.message_id, prompt, settings, cancel, partial(self.show, view))
+            context = (pipeline.context_used, pipeline.n_ctx)
+        except AssistantError as failure:
+            error = str(failure)
+        except Exception as failure:  # never let a backend bug kill the app
+            error = f"unexpected error: {failure!r}"
+        finally:
+            store.close()
+        if (self.closing or not self.post_message(self.Finished(view, stats, error, context))) and pipeline is not None:
+            pipeline.close()  # the screen is going and left the pipeline to this answer
+
+    @on(Finished)
+    def _ended(self, message: Finished) -> None:
+        self.generating = False
+
+    def on_unmount(self) -> None:
+        self.closing = True
+        self.cancel.set()
