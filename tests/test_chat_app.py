@@ -8,6 +8,7 @@ import pytest
 from assistant import home, modelsets
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
+from assistant.ui import conversations
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.screens.chat import ChatScreen
@@ -282,7 +283,7 @@ async def test_palette_help_and_conversation_management(demo_set):
         await pilot.press(*["backspace"] * 12)
         assert screen.query_one("#conversation-options").option_count == 1
         # export
-        screen.export_conversation()
+        conversations.export(screen)
         (exported,) = (home.data_dir() / "exports").iterdir()
         assert exported.read_text().startswith(f"# {title}\n")
         # help lists the keys with their binding ids
@@ -290,7 +291,7 @@ async def test_palette_help_and_conversation_management(demo_set):
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         # delete, after confirming
-        screen.delete_conversation()
+        conversations.delete(screen)
         await pilot.pause(0.1)
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.click("#confirm")

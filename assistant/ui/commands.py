@@ -10,6 +10,7 @@ from typing import Callable
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from assistant import modelsets
+from assistant.ui import conversations
 
 
 def chat_commands(screen) -> list[tuple[str, str, Callable]]:
@@ -26,9 +27,9 @@ def chat_commands(screen) -> list[tuple[str, str, Callable]]:
                          partial(screen.copy, block.code, f"code block {number}")))
     commands += [
         ("Search conversations", "Find a conversation by title or text", screen.action_search_conversations),
-        ("Rename conversation", "Give this conversation a new title", screen.rename_conversation),
-        ("Delete conversation", "Delete this conversation and its messages", screen.delete_conversation),
-        ("Export conversation to Markdown", "Write this conversation to a .md file", screen.export_conversation),
+        ("Rename conversation", "Give this conversation a new title", partial(conversations.rename, screen)),
+        ("Delete conversation", "Delete this conversation and its messages", partial(conversations.delete, screen)),
+        ("Export conversation to Markdown", "Write this conversation to a .md file", partial(conversations.export, screen)),
         ("Show or hide the conversation list", "Toggle the sidebar (Ctrl+B)", screen.action_toggle_conversations),
         ("Toggle speculation view", "Colour each token by the model level that proposed it (F3)",
          screen.action_toggle_speculation_view),

@@ -2,7 +2,7 @@
 
 The work runs in components that report back with messages: ``ModelLoader`` loads a model set and posts
 ``Loaded``, ``Answerer`` streams an answer and posts ``Finished``. The screen stays responsive, and a backend
-failure becomes a message, never a crash."""
+failure becomes a message, never a crash. Managing saved conversations lives in ``assistant.ui.conversations``."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from assistant import modelsets
-from assistant.chat import backend, export
+from assistant.chat import backend
 from assistant.chat.codeblocks import code_blocks
 from assistant.chat.settings import save as save_settings
 from assistant.chat.store import Conversation, Store
-from assistant.ui.screens.ask import AskScreen, ConfirmScreen
-from assistant.ui.widgets.conversation_list import ConversationList
+from assistant.ui import conversations
+from assistant.ui.screens.ask import AskScreen
 from assistant.ui.widgets.answerer import Answerer
+from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.levels import legend
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.model_loader import ModelLoader
@@ -90,7 +91,7 @@ class ChatScreen(Screen):
             latest = self.store.latest_conversation()
             conversation_id = latest.id if latest else None
         if conversation_id is not None:
-            await self.open_conversation(conversation_id)
+            await conversations.open_conversation(self, conversation_id)
         self.refresh_conversations()
         self.load_models()
 
@@ -128,14 +129,14 @@ class ChatScreen(Screen):
         status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
 
     def switch_model_set(self, name: str) -> None:
-        if self._busy():
+        if self.busy():
             return
         self.settings.model_set = name
         save_settings(self.settings)
         self.load_models()
 
     def set_speculation(self, on: bool, levels: int | None = None) -> None:
-        if self._busy():
+        if self.busy():
             return
         self.settings.speculation = on
         if levels is not None:
@@ -152,23 +153,8 @@ class ChatScreen(Screen):
         current = self.conversation.id if self.conversation else None
         conversation_list.show(self.store.conversations(search), current)
 
-    async def open_conversation(self, conversation_id: int) -> None:
-        self.conversation = self.store.conversation(conversation_id)
-        messages = self.query_one("#messages", VerticalScroll)
-        await messages.query(".message").remove()
-        views = []
-        for message in self.store.messages(conversation_id):
-            if message.role == "assistant":
-                note = "" if message.complete else "stopped"
-                views.append(AnswerView(message.id, message.provenance or [(0, message.content)],
-                                        self.settings.speculation_view, note))
-            else:
-                views.append(MessageView(message.role, message.content, message.id))
-        await messages.mount_all(views)
-        messages.anchor()
-
     async def action_new_chat(self) -> None:
-        if self._busy():
+        if self.busy():
             return
         self.conversation = None
         await self.query_one("#messages").query(".message").remove()
@@ -190,59 +176,20 @@ class ChatScreen(Screen):
 
     @on(ConversationList.Chosen)
     async def _chosen(self, event: ConversationList.Chosen) -> None:
-        if self._busy():
+        if self.busy():
             return
-        await self.open_conversation(event.conversation_id)
+        await conversations.open_conversation(self, event.conversation_id)
         self.refresh_conversations()
         self.query_one(PromptInput).focus()
 
     @on(ConversationList.RenameRequested)
     def _rename_requested(self, event: ConversationList.RenameRequested) -> None:
         if type(event) is ConversationList.RenameRequested:  # not its subclass DeleteRequested
-            self.rename_conversation(event.conversation_id)
+            conversations.rename(self, event.conversation_id)
 
     @on(ConversationList.DeleteRequested)
     def _delete_requested(self, event: ConversationList.DeleteRequested) -> None:
-        self.delete_conversation(event.conversation_id)
-
-    def rename_conversation(self, conversation_id: int | None = None) -> None:
-        conversation_id = conversation_id or (self.conversation.id if self.conversation else None)
-        if conversation_id is None:
-            self.notify("Nothing to rename yet: send a message first.")
-            return
-
-        def renamed(title: str | None) -> None:
-            if title is not None:
-                self.store.rename(conversation_id, title)
-                if self.conversation and self.conversation.id == conversation_id:
-                    self.conversation = self.store.conversation(conversation_id)
-                self.refresh_conversations()
-
-        title = self.store.conversation(conversation_id).title
-        self.app.push_screen(AskScreen("Rename conversation", title), renamed)
-
-    def delete_conversation(self, conversation_id: int | None = None) -> None:
-        conversation_id = conversation_id or (self.conversation.id if self.conversation else None)
-        if conversation_id is None or self._busy():
-            return
-
-        async def confirmed(yes: bool | None) -> None:
-            if yes:
-                self.store.delete(conversation_id)
-                if self.conversation and self.conversation.id == conversation_id:
-                    await self.action_new_chat()
-                self.refresh_conversations()
-
-        title = self.store.conversation(conversation_id).title
-        self.app.push_screen(ConfirmScreen(f"Delete “{title}” and all its messages?"), confirmed)
-
-    def export_conversation(self) -> None:
-        if self.conversation is None:
-            self.notify("Nothing to export yet.")
-            return
-        conversation = self.store.conversation(self.conversation.id)
-        path = export.export(conversation, self.store.messages(conversation.id))
-        self.notify(f"Exported to {path}")
+        conversations.delete(self, event.conversation_id)
 
     # sending and generating
 
@@ -312,7 +259,7 @@ class ChatScreen(Screen):
             self.query_one(StatusLine).state = "stopping…"
 
     async def action_regenerate(self) -> None:
-        if self._busy() or self.conversation is None:
+        if self.busy() or self.conversation is None:
             return
         messages = self.store.messages(self.conversation.id)
         users = [i for i, m in enumerate(messages) if m.role == "user"]
@@ -325,7 +272,8 @@ class ChatScreen(Screen):
                     await view.remove()
         await self.start_answer()
 
-    def _busy(self) -> bool:
+    def busy(self) -> bool:
+        """Whether an answer is being generated, telling the user so: most changes wait until it ends."""
         if self.answerer.generating:
             self.notify("Still answering: press Esc to stop it first.")
         return self.answerer.generating
