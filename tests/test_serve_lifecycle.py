@@ -251,3 +251,20 @@ def test_listening_beyond_loopback_without_a_key_warns(assistant_home, demo_set)
         process.wait()
         process.stderr.close()
     assert first.startswith("WARNING: listening on 0.0.0.0 without an API key")
+
+
+def test_ctrl_c_cuts_a_running_answer_short_with_an_error_event_and_exits_cleanly(server_home):
+    process = ServerProcess(server_home).wait_ready()
+    connection, response = open_stream(process, PROMPTS[0], 1900)
+    read_events(response, 2)
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(response.fp.read()))  # the client goes on reading
+    reader.start()
+    began = time.monotonic()
+    assert process.stop() == 0 and time.monotonic() - began < 10
+    reader.join(10)
+    connection.close()
+    raw = rest[0]  # still in HTTP's chunked framing: read_events read lines past http.client
+    assert raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), raw[-200:]
+    error = raw[raw.rindex(b'data: {"error"'):raw.rindex(b"data: [DONE]")]
+    assert json.loads(error[6:])["error"]["code"] == "shutdown"

@@ -209,7 +209,7 @@ class Server:
             body.append(part)
         try:
             return json.loads(b"".join(body))
-        except (ValueError, UnicodeDecodeError) as error:
+        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
             raise ApiError(400, f"the request body is not valid JSON ({error})", code="invalid_json") from None
 
     def too_large(self) -> ApiError:
@@ -248,6 +248,8 @@ class Answer:
             self.error = event
         elif hasattr(event, "new_tokens"):  # the Stats record
             self.stats = event
+            if event.stop_reason == "cancelled":  # only a client still listening sees this: we are stopping
+                self.error = ApiError(503, "the answer was cut short: the server is shutting down", code="shutdown")
         elif event.text:
             self.pieces.append(event.text)
             return self.chunk([self.shape.piece(event.text)], include_usage)

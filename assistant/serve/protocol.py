@@ -204,7 +204,11 @@ def speculation(stats, roles: list[str]) -> dict:
     """Our extension beside ``usage`` (as llama-server adds ``timings``): speed and what each level did."""
     return {"tokens_per_second": round(stats.tokens_per_second, 2), "seconds": round(stats.seconds, 4),
             "stop_reason": stats.stop_reason, "chain": roles,
-            "levels": [asdict(level) for level in stats.levels], "shapes": stats.shapes}
+            "levels": [_rounded(asdict(level)) for level in stats.levels], "shapes": stats.shapes}
+
+
+def _rounded(record: dict) -> dict:
+    return {key: round(value, 4) if isinstance(value, float) else value for key, value in record.items()}
 
 
 def finish_reason(stats) -> str:
