@@ -8,7 +8,7 @@ import pytest
 from assistant import home, modelsets
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
-from assistant.ui import conversations
+from assistant.ui import conversations, setting_changes
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.screens.chat import ChatScreen
@@ -133,7 +133,7 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         for name in ("demo-copy", "demo", "demo-copy"):
-            screen.switch_model_set(name)
+            setting_changes.switch_model_set(screen, name)
         await settle(pilot)
         status = screen.query_one(StatusLine)
         assert most[0] == 1, "two model sets were loading at once"
@@ -237,7 +237,7 @@ async def test_backend_errors_show_as_messages_and_the_app_recovers(demo_set, tm
         errors = [view.content for view in screen.query(MessageView) if view.role == "error"]
         assert errors and "broken" in errors[-1]
         assert not screen.query(AnswerView)  # the empty answer is not kept
-        screen.switch_model_set("demo")
+        setting_changes.switch_model_set(screen, "demo")
         await settle(pilot)
         await pilot.press("ctrl+r")  # the question again, now with a working model set: the error goes
         await settle(pilot)

@@ -1,6 +1,7 @@
 """The command palette's chat commands: every action, plus the settings that have no key of their own.
 
-Built fresh each time the palette opens, so entries follow the state (model sets, code blocks, toggles)."""
+Built fresh each time the palette opens, so entries follow the state (model sets, code blocks, toggles).
+Copying to the clipboard is only offered here, so its few lines live here too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,27 @@ from typing import Callable
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from assistant import modelsets
+from assistant.chat.codeblocks import code_blocks
 from assistant.ui import conversations
+from assistant.ui import setting_changes as changes
+from assistant.ui.widgets.messages import AnswerView
+
+
+def last_answer(screen) -> str:
+    answers = list(screen.query(AnswerView))
+    return answers[-1].text if answers else ""
+
+
+def copy(screen, text: str, what: str) -> None:
+    if not text:
+        screen.notify(f"No {what} to copy.")
+        return
+    screen.app.copy_to_clipboard(text)
+    screen.notify(f"Copied the {what}.")
+
+
+def copy_last_answer(screen) -> None:
+    copy(screen, last_answer(screen), "last answer")
 
 
 def chat_commands(screen) -> list[tuple[str, str, Callable]]:
@@ -20,11 +41,11 @@ def chat_commands(screen) -> list[tuple[str, str, Callable]]:
         ("New chat", "Start a new conversation (Ctrl+N)", screen.action_new_chat),
         ("Regenerate", "Answer the last message again (Ctrl+R)", screen.action_regenerate),
         ("Stop", "Stop the answer being generated, keeping what it said (Esc)", screen.action_stop),
-        ("Copy last answer", "Copy the last answer to the clipboard", screen.copy_last_answer),
+        ("Copy last answer", "Copy the last answer to the clipboard", partial(copy_last_answer, screen)),
     ]
-    for number, block in enumerate(screen.code_blocks(), 1):
+    for number, block in enumerate(code_blocks(last_answer(screen)), 1):
         commands.append((f"Copy code block {number} ({block.label})", "Copy this block of the last answer",
-                         partial(screen.copy, block.code, f"code block {number}")))
+                         partial(copy, screen, block.code, f"code block {number}")))
     commands += [
         ("Search conversations", "Find a conversation by title or text", screen.action_search_conversations),
         ("Rename conversation", "Give this conversation a new title", partial(conversations.rename, screen)),
@@ -34,19 +55,19 @@ def chat_commands(screen) -> list[tuple[str, str, Callable]]:
         ("Toggle speculation view", "Colour each token by the model level that proposed it (F3)",
          screen.action_toggle_speculation_view),
         ("Set system prompt", f"Now: {settings.system_prompt[:40] or '(none)'}",
-         partial(screen.ask_setting, "System prompt", settings.system_prompt, screen.set_system_prompt)),
+         partial(changes.ask, screen, "System prompt", settings.system_prompt, changes.set_system_prompt)),
         ("Set temperature", f"Now {settings.temperature:g} (0 = greedy)",
-         partial(screen.ask_setting, "Temperature (0 = greedy)", f"{settings.temperature:g}", screen.set_temperature)),
+         partial(changes.ask, screen, "Temperature (0 = greedy)", f"{settings.temperature:g}", changes.set_temperature)),
         ("Set max tokens", f"Now {settings.max_tokens}",
-         partial(screen.ask_setting, "Max tokens per answer", str(settings.max_tokens), screen.set_max_tokens)),
+         partial(changes.ask, screen, "Max tokens per answer", str(settings.max_tokens), changes.set_max_tokens)),
         ("Speculation off" if settings.speculation else "Speculation on",
          "Generate with the target alone" if settings.speculation else "Draft with the cheaper levels again",
-         partial(screen.set_speculation, not settings.speculation)),
+         partial(changes.set_speculation, screen, not settings.speculation)),
     ]
     if screen.model_set is not None:
         for count in range(2, len(screen.model_set.levels) + 1):
             roles = " ← ".join(level.role for level in screen.model_set.levels[:count])
-            commands.append((f"Use {count} levels", roles, partial(screen.set_speculation, True, count)))
+            commands.append((f"Use {count} levels", roles, partial(changes.set_speculation, screen, True, count)))
     try:
         sets, default = modelsets.list_sets()
     except modelsets.ModelSetError:
@@ -55,7 +76,7 @@ def chat_commands(screen) -> list[tuple[str, str, Callable]]:
         current = " (in use)" if screen.model_set and screen.model_set.name == model_set.name else ""
         commands.append((f"Switch model set: {model_set.name}{current}",
                          " ← ".join(level.role for level in model_set.levels),
-                         partial(screen.switch_model_set, model_set.name)))
+                         partial(changes.switch_model_set, screen, model_set.name)))
     commands.append(("Help", "Keys, binding ids and how to remap them (F1)", screen.app.action_help))
     return commands
 

@@ -1,8 +1,9 @@
-"""The main screen: conversation list, messages, input, legend and status line, and the work behind them.
+"""The main screen: conversation list, messages, input, legend and status line, and the keys that drive them.
 
-The work runs in components that report back with messages: ``ModelLoader`` loads a model set and posts
-``Loaded``, ``Answerer`` streams an answer and posts ``Finished``. The screen stays responsive, and a backend
-failure becomes a message, never a crash. Managing saved conversations lives in ``assistant.ui.conversations``."""
+The work runs in components that report back with messages (``ModelLoader`` posts ``Loaded``, ``Answerer``
+posts ``Finished``), so the window stays responsive and a backend failure becomes a message, never a crash.
+Conversation management and settings changes have modules of their own (``assistant.ui.conversations``,
+``assistant.ui.setting_changes``)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,9 @@ from textual.widgets import Footer, Input, Static
 
 from assistant import modelsets
 from assistant.chat import backend
-from assistant.chat.codeblocks import code_blocks
 from assistant.chat.settings import save as save_settings
 from assistant.chat.store import Conversation, Store
 from assistant.ui import conversations
-from assistant.ui.screens.ask import AskScreen
 from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.levels import legend
@@ -127,22 +126,6 @@ class ChatScreen(Screen):
         self.query_one("#legend", Static).update(legend(list(pipeline.roles)))
         status.state = "ready"
         status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
-
-    def switch_model_set(self, name: str) -> None:
-        if self.busy():
-            return
-        self.settings.model_set = name
-        save_settings(self.settings)
-        self.load_models()
-
-    def set_speculation(self, on: bool, levels: int | None = None) -> None:
-        if self.busy():
-            return
-        self.settings.speculation = on
-        if levels is not None:
-            self.settings.levels = levels
-        save_settings(self.settings)
-        self.load_models()
 
     # conversations
 
@@ -278,7 +261,7 @@ class ChatScreen(Screen):
             self.notify("Still answering: press Esc to stop it first.")
         return self.answerer.generating
 
-    # settings and clipboard
+    # the view
 
     def action_toggle_speculation_view(self) -> None:
         self.settings.speculation_view = not self.settings.speculation_view
@@ -286,54 +269,6 @@ class ChatScreen(Screen):
         self.query_one("#legend").display = self.settings.speculation_view
         for view in self.query(AnswerView):
             view.set_speculation_view(self.settings.speculation_view)
-
-    def last_answer(self) -> str:
-        answers = list(self.query(AnswerView))
-        return answers[-1].text if answers else ""
-
-    def copy(self, text: str, what: str) -> None:
-        if not text:
-            self.notify(f"No {what} to copy.")
-            return
-        self.app.copy_to_clipboard(text)
-        self.notify(f"Copied the {what}.")
-
-    def copy_last_answer(self) -> None:
-        self.copy(self.last_answer(), "last answer")
-
-    def code_blocks(self):
-        return code_blocks(self.last_answer())
-
-    def ask_setting(self, question: str, value: str, apply) -> None:
-        """Ask for one value; ``apply`` parses and stores it, raising ValueError to reject it."""
-        def answered(text: str | None) -> None:
-            if text is None:
-                return
-            try:
-                apply(text.strip())
-            except ValueError as error:
-                self.notify(f"Not changed: {error}", severity="error")
-                return
-            save_settings(self.settings)
-
-        self.app.push_screen(AskScreen(question, value), answered)
-
-    def set_system_prompt(self, text: str) -> None:
-        self.settings.system_prompt = text
-        if self.conversation is not None:
-            self.store.set_system_prompt(self.conversation.id, text)
-
-    def set_temperature(self, text: str) -> None:
-        value = float(text)
-        if not 0 <= value <= 5:
-            raise ValueError("the temperature must be between 0 (greedy) and 5")
-        self.settings.temperature = value
-
-    def set_max_tokens(self, text: str) -> None:
-        value = int(text)
-        if value < 1:
-            raise ValueError("max tokens must be at least 1")
-        self.settings.max_tokens = value
 
     def on_unmount(self) -> None:
         """Runs after the components' own unmount; an answer still running closes the pipeline itself."""
