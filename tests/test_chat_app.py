@@ -1,6 +1,7 @@
 """The chat app driven by Pilot against the real engine on the converted bench pair and a real SQLite file."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
 from assistant.ui.widgets.conversation_list import ConversationList
+from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
 from assistant.ui.widgets.status_line import StatusLine
@@ -144,22 +146,40 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
         assert screen.query_one(AnswerView).text.strip()
 
 
-async def test_esc_stops_and_keeps_what_was_shown(demo_set):
-    # A long budget, so the answer is still streaming when Esc arrives (the demo set writes ~700 tokens/s).
-    app = make_app(max_tokens=3500, n_ctx=4096)
+async def test_esc_stops_and_keeps_what_was_shown(demo_set, monkeypatch):
+    """Esc mid-answer: the worker is held right after its first shown pieces until Esc has been pressed, so the
+    answer is still streaming when the stop arrives, however fast the machine."""
+    budget = 400
+    held, release = threading.Event(), threading.Event()
+    show = Answerer.show
+
+    def show_then_hold(answerer, view, pieces):
+        show(answerer, view, pieces)
+        if view.text and not held.is_set():
+            held.set()
+            release.wait(timeout=60)
+
+    monkeypatch.setattr(Answerer, "show", show_then_hold)
+    app = make_app(max_tokens=budget)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press(*"def fibonacci(n):", "ctrl+j", *"    if n < 2:", "enter")
-        screen = app.screen
-        await until(pilot, lambda: len(screen.query(AnswerView)) and len(screen.query_one(AnswerView).text) > 20)
-        await pilot.press("escape")
+        try:
+            await settle(pilot)
+            await pilot.press(*"def fibonacci(n):", "ctrl+j", *"    if n < 2:", "enter")
+            await until(pilot, held.is_set)
+            screen = app.screen
+            _, messages = saved_messages()
+            assert messages[1].stats is None and not messages[1].complete, "the answer ended before Esc"
+            assert screen.answerer.generating and screen.query_one(AnswerView).text
+            await pilot.press("escape")
+        finally:
+            release.set()
         await settle(pilot)
         answer = screen.query_one(AnswerView)
         assert answer.note == "stopped"
         _, messages = saved_messages()
         assert messages[1].content == answer.text and not messages[1].complete
         assert messages[1].stats["stop_reason"] == "cancelled"
-        assert messages[1].stats["new_tokens"] < 3500
+        assert messages[1].stats["new_tokens"] < budget
 
 
 async def test_regenerate_replaces_the_last_answer(demo_set):
