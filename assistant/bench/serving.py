@@ -1,92 +1,100 @@
 """What the server costs: the same prompts answered in process (as `assistant generate` does) and streamed
-through `assistant serve` over loopback, alternating prompt by prompt, greedy, on one model set.
+through the server over loopback, alternating, greedy, on one model set.
 
-Both are timed from the request to the last token, prompt included; the server's figure also holds the HTTP
-exchange, JSON and Server-Sent Events framing, and the hand-over between its generation thread and its event
-loop. The answers must be identical."""
+Both use one Pipeline: the server (the app of `assistant serve`, on uvicorn in a thread) generates with the
+very pipeline the direct runs use, so the figures differ only by what serving adds (the HTTP exchange, JSON
+and Server-Sent Events framing, the hand-over between the generation thread and the event loop), not by two
+pipelines' own histories. The client reads the stream in this process too, so it competes with the server for
+the interpreter: if anything the overhead is overstated. Times run from the request to the last token, prompt
+included; the answers must be identical."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import math
-import os
-import subprocess
-import sys
+import statistics
+import threading
 import time
 
 from assistant.errors import AssistantError
+
+REPEATS = 3  # runs per prompt and method: a toy model's answer takes a fraction of a second
 
 
 def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=print) -> dict:
     from assistant.speculative import Pipeline, Sampling, Stats
 
-    server, port = _start_server(model_set.name, threads)
+    pipeline = Pipeline.load(model_set, threads=threads)
+    server, port = _serve(pipeline, model_set.name)
     try:
-        with Pipeline.load(model_set, threads=threads) as pipeline:
-            _wait_ready(server, port)
+        def direct(messages):
+            began, pieces = time.perf_counter(), []
+            for event in pipeline.chat(messages, Sampling(), max_tokens):
+                if isinstance(event, Stats):
+                    return time.perf_counter() - began, "".join(pieces), event.new_tokens, event.seconds
+                pieces.append(event.text)
 
-            def direct(messages):
-                began, pieces = time.perf_counter(), []
-                for event in pipeline.chat(messages, Sampling(), max_tokens):
-                    if isinstance(event, Stats):
-                        return time.perf_counter() - began, "".join(pieces), event.new_tokens
-                    pieces.append(event.text)
+        def served(messages):
+            return _stream(port, model_set.name, messages, max_tokens)
 
-            def served(messages):
-                return _stream(port, model_set.name, messages, max_tokens)
-
-            direct(prompts[0]["messages"]), served(prompts[0]["messages"])  # warm both
-            rows = []
-            for index, prompt in enumerate(prompts):
-                order = (direct, served) if index % 2 == 0 else (served, direct)
+        direct(prompts[0]["messages"]), served(prompts[0]["messages"])  # warm both
+        rows = []
+        for index, prompt in enumerate(prompts):
+            runs = {"direct": [], "served": []}
+            for repeat in range(REPEATS):  # alternating which goes first
+                order = (direct, served) if (index + repeat) % 2 == 0 else (served, direct)
                 results = {method.__name__: method(prompt["messages"]) for method in order}
-                (direct_s, direct_text, tokens), (served_s, served_text, served_tokens) = \
-                    results["direct"], results["served"]
-                if (served_text, served_tokens) != (direct_text, tokens):
+                if results["served"][1:3] != results["direct"][1:3]:
                     raise AssistantError(f"prompt {prompt['id']}: the server's answer differs from the direct one")
-                rows.append({"id": prompt["id"], "tokens": tokens, "direct_tps": tokens / direct_s,
-                             "served_tps": tokens / served_s})
-                say(f"  {prompt['id']}: {tokens} tokens, direct {tokens / direct_s:.1f} tokens/s, "
-                    f"served {tokens / served_s:.1f} tokens/s")
+                for name, result in results.items():
+                    runs[name].append(result)
+            tokens = results["direct"][2]
+            wall = {name: statistics.median(run[0] for run in runs[name]) for name in runs}
+            row = {"id": prompt["id"], "tokens": tokens, "direct_tps": tokens / wall["direct"],
+                   "served_tps": tokens / wall["served"],
+                   "served_generation_share": sum(run[3] for run in runs["served"]) / sum(run[0] for run in runs["served"])}
+            rows.append(row)
+            say(f"  {prompt['id']}: {tokens} tokens, direct {row['direct_tps']:.1f} tokens/s, served "
+                f"{row['served_tps']:.1f} tokens/s (medians of {REPEATS}); generation "
+                f"{row['served_generation_share']:.1%} of the served time")
     finally:
-        server.terminate()
-        server.wait(30)
+        server.should_exit = True
+        server.thread.join(30)
+        server.generations.stop()  # its thread closes the pipeline
     ratio = math.exp(sum(math.log(row["served_tps"] / row["direct_tps"]) for row in rows) / len(rows))
-    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "rows": rows,
-            "served_over_direct": ratio}
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": REPEATS,
+            "rows": rows, "served_over_direct": ratio}
 
 
-def _start_server(name: str, threads: int) -> tuple[subprocess.Popen, int]:
-    import socket
+def _serve(pipeline, name: str):
+    """The server app over ``pipeline``, listening on a free loopback port, in a thread."""
+    import uvicorn
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "assistant", "serve", "--model-set", name, "--port", str(port),
-                                "--threads", str(threads)], env={**os.environ, "ASSISTANT_API_KEY": ""},
-                               stderr=subprocess.DEVNULL)
-    return process, port
+    from assistant.commands.serve import _listen
+    from assistant.serve.app import create_app
+    from assistant.serve.generations import Generations
+    from assistant.serve.prompts import prompt_tokens
 
-
-def _wait_ready(server, port: int, timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssistantError(f"`assistant serve` exited with status {server.returncode}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssistantError("`assistant serve` did not become ready")
+    generations = Generations(lambda: pipeline, prompt_tokens, max_waiting=1)
+    server = uvicorn.Server(uvicorn.Config(create_app(generations, name, pipeline.n_ctx), log_level="warning"))
+    listener = _listen("127.0.0.1", 0)
+    server.generations = generations
+    server.thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    generations.start()
+    server.thread.start()
+    port = listener.getsockname()[1]
+    deadline = time.monotonic() + 60
+    while not (server.started and generations.state == "ready"):
+        if generations.state == "failed" or time.monotonic() > deadline:
+            raise AssistantError(f"the server did not start ({generations.error or 'timed out'})")
+        time.sleep(0.05)
+    return server, port
 
 
-def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> tuple[float, str, int]:
-    """Seconds, text and completion tokens of one streamed chat completion, read as a client would."""
+def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> tuple[float, str, int, float]:
+    """Seconds, text, completion tokens and the server's own generation seconds of one streamed chat
+    completion, read as a client would."""
     began = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -95,17 +103,19 @@ def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> tup
     response = connection.getresponse()
     if response.status != 200:
         raise AssistantError(f"the server answered {response.status}: {response.read()[:200]!r}")
-    pieces, tokens = [], None
-    for line in response.fp:
-        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-            if line.strip() == b"data: [DONE]":
-                break
+    pieces, tokens, generation = [], None, None
+    for line in response:
+        if line.strip() == b"data: [DONE]":
+            break
+        if not line.startswith(b"data: "):
             continue
         chunk = json.loads(line[6:])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
+        if "speculation" in chunk:
+            generation = chunk["speculation"]["seconds"]
         for choice in chunk["choices"]:
             pieces.append(choice["delta"].get("content", ""))
     seconds = time.perf_counter() - began
     connection.close()
-    return seconds, "".join(pieces), tokens
+    return seconds, "".join(pieces), tokens, generation

@@ -43,9 +43,9 @@ def add_arguments(parser):
     parser.add_argument("--kernel", action="store_true",
                         help="also run the kernel benchmark (python -m native.bench) and include its table and chart")
     parser.add_argument("--serving", action="store_true",
-                        help="measure `assistant serve` instead: the same prompts streamed through the server and "
-                             "answered in process, alternating, on the default model set (the demo set on a fresh "
-                             "machine); writes serving.json (default 8 prompts)")
+                        help="measure `assistant serve` instead: one pipeline answers the same prompts in process and "
+                             "streamed through the server over loopback, alternating, on the default model set (the "
+                             "demo set on a fresh machine); writes serving.json (default 8 prompts)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
                              "(default: the packaged demo set, the same trained pair as ../shared/models)")
