@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
                         "machine only; 0.0.0.0 opens it to the network, use an API key then)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
-    parser.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' (default: ${KEY_VARIABLE} if set, "
+    parser.add_argument("--api-key", metavar="KEY", help=f"require 'Authorization: Bearer KEY' (default: ${KEY_VARIABLE} if set, "
                         "else no key)")
     parser.add_argument("--ctx", type=int, default=4096, help="context size in tokens, prompt and answer together "
                           "(default 4096)")
