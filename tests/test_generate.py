@@ -47,7 +47,7 @@ def test_prompt_from_stdin_streams_text_and_stats(chain, bench_gguf):
 def test_sampling_is_reproducible_with_a_seed(chain, tmp_path):
     prompt_file = tmp_path / "prompt.txt"
     prompt_file.write_text("Write a class for a stack.")
-    runs = [generate("--file", prompt_file, *chain, "-n", "24", "--temp", "0.9", "--top-p", "0.95", "--seed", "7", "--json")
+    runs = [generate("--prompt-file", prompt_file, *chain, "-n", "24", "--temp", "0.9", "--top-p", "0.95", "--seed", "7", "--json")
             for _ in range(2)]
     assert all(run.returncode == 0 for run in runs), runs[0].stderr
     assert json.loads(runs[0].stdout)["tokens"] == json.loads(runs[1].stdout)["tokens"]

@@ -1,7 +1,8 @@
 """Generate an answer for one prompt with multi-level speculative decoding, streaming it to stdout.
 
-The prompt comes from the argument, --file, or stdin; it is sent as a user message through the
-target's chat template unless --raw is given. Models come from a registered model set (--model-set,
+The prompt comes from the argument, --prompt-file, or stdin; it is sent as a user message through the
+target's chat template unless --raw is given. Files attached with -f go before it, each as a fenced block
+under its path (the system message tells the model which files they are). Models come from a registered model set (--model-set,
 default: the default set) or explicit GGUF paths (--target, then --draft once per lower level).
 """
 
@@ -17,7 +18,10 @@ HELP = "generate an answer for one prompt (speculative decoding, streamed to std
 
 def add_arguments(parser):
     parser.add_argument("prompt", nargs="?", help="the prompt; '-' or nothing reads stdin")
-    parser.add_argument("-f", "--file", help="read the prompt from this file")
+    parser.add_argument("-f", "--file", action="append", default=[], metavar="PATH",
+                        help="attach this file (repeatable): its text goes into the prompt under its path, e.g. "
+                             "`assistant generate -f app.py \"add type hints\"`")
+    parser.add_argument("--prompt-file", metavar="PATH", help="read the prompt itself from this file")
     parser.add_argument("--raw", action="store_true", help="continue the prompt text as is, without the chat template")
     parser.add_argument("--system", help="a system message to put before the prompt")
     models = parser.add_argument_group("models")
@@ -53,7 +57,12 @@ def run(args) -> int:
 
     from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
 
+    from assistant import attachments
+
     prompt = _read_prompt(args)
+    files = [attachments.read_file(path) for path in args.file]
+    prompt = attachments.with_attachments(prompt, files)
+    system = "\n\n".join(part for part in (args.system, attachments.system_note(files)) if part)
     source = _model_source(args)
     sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
     draft_length = args.draft_length if args.draft_length == "adaptive" else _positive_int(args.draft_length)
@@ -62,7 +71,7 @@ def run(args) -> int:
         if args.raw:
             events = pipeline.generate(prompt, sampling, args.max_tokens, args.stop)
         else:
-            messages = ([{"role": "system", "content": args.system}] if args.system else [])
+            messages = [{"role": "system", "content": system}] if system else []
             events = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
         pieces, tokens, origins, stats = [], [], [], None
         for event in events:
@@ -105,20 +114,20 @@ def format_stats(stats) -> str:
 
 
 def _read_prompt(args) -> str:
-    if args.file:
+    if args.prompt_file:
         if args.prompt not in (None, "-"):
-            raise AssistantError("give the prompt either as an argument or with --file, not both")
+            raise AssistantError("give the prompt either as an argument or with --prompt-file, not both")
         try:
-            with open(args.file, encoding="utf-8") as handle:
+            with open(args.prompt_file, encoding="utf-8") as handle:
                 return handle.read()
         except OSError as error:
-            raise AssistantError(f"{args.file}: cannot read the prompt ({error.strerror})") from None
+            raise AssistantError(f"{args.prompt_file}: cannot read the prompt ({error.strerror})") from None
         except UnicodeDecodeError:
-            raise AssistantError(f"{args.file}: the prompt file is not UTF-8 text") from None
+            raise AssistantError(f"{args.prompt_file}: the prompt file is not UTF-8 text") from None
     if args.prompt not in (None, "-"):
         return args.prompt
     if sys.stdin is None or (args.prompt is None and sys.stdin.isatty()):
-        raise AssistantError("no prompt: give it as an argument, with --file, or on stdin")
+        raise AssistantError("no prompt: give it as an argument, with --prompt-file, or on stdin")
     return sys.stdin.read()
 
 
