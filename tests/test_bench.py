@@ -162,3 +162,14 @@ def test_serving_run_compares_the_server_with_in_process_generation(tmp_path, de
     assert [row["id"] for row in result["rows"]] == ["fib", "stack"] and result["model_set"] == "demo"
     assert all(row["served_tps"] > 0 and row["direct_tps"] > 0 for row in result["rows"])
     assert "served / direct tokens/s" in done.stdout and result["machine"]["cpu"]
+
+
+def test_attached_run_compares_the_chain_with_and_without_the_ngram_level(tmp_path, demo_set):
+    done = bench("--attached", "--limit", "2", "--max-tokens", "16", "--threads", "1", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "attached.json").read_text())
+    assert result["roles_with"] == ["target", "mxfp4", "draft", "ngram"]
+    assert result["roles_without"] == ["target", "mxfp4", "draft"]
+    assert len(result["rows"]) == 2 and all(row["prompt_tokens"] > 300 for row in result["rows"])  # a file is in it
+    assert all(row["with_tps"] > 0 and row["without_tps"] > 0 for row in result["rows"])
+    assert "with / without the n-gram level" in done.stdout

@@ -16,7 +16,7 @@ from assistant.errors import AssistantError
 HELP = "benchmark speculative decoding pipelines against the target alone and llama.cpp; write a report"
 QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
 LIMIT_B = 12
-SERVING_PROMPTS = 8
+SIDE_PROMPTS = 8  # --serving and --attached
 
 
 def add_arguments(parser):
@@ -46,6 +46,10 @@ def add_arguments(parser):
                         help="measure `assistant serve` instead: one pipeline answers the same prompts in process and "
                              "streamed through the server over loopback, alternating, on the default model set (the "
                              "demo set on a fresh machine); writes serving.json (default 8 prompts)")
+    parser.add_argument("--attached", action="store_true",
+                        help="measure the n-gram level instead: prompts that attach one of this package's source "
+                             "files and ask for it back, answered with and without the n-gram level, alternating, "
+                             "on the default model set; writes attached.json (default 8 prompts)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
                              "(default: the packaged demo set, the same trained pair as ../shared/models)")
@@ -92,6 +96,8 @@ def run(args) -> int:
         raise AssistantError(f"--sweep-lengths: not a list of integers: {args.sweep_lengths!r}") from None
     if args.serving:
         return _serving(args)
+    if args.attached:
+        return _attached(args)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
@@ -139,24 +145,42 @@ def run(args) -> int:
 
 def _serving(args) -> int:
     """`--serving`: the server's tokens/s over the in-process pipeline's, on the same prompts."""
+    from assistant.bench import serving
+
+    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    return _side_bench(args, "serving overhead", prompts, serving.measure, "serving.json", "served_over_direct",
+                       "served / direct tokens/s")
+
+
+def _attached(args) -> int:
+    """`--attached`: tokens/s with the n-gram level over without it, on prompts that copy an attached file."""
+    from assistant.bench import attached
+
+    return _side_bench(args, "n-gram level on attached files", attached.edit_prompts(args.limit or SIDE_PROMPTS),
+                       attached.measure, "attached.json", "with_over_without", "with / without the n-gram level, tokens/s")
+
+
+def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str, ratio_text: str) -> int:
+    """A one-question benchmark on the default model set (the demo set on a fresh machine): run ``measure``,
+    write its JSON with the machine beside it, print the geomean ratio it answers with."""
     import sys
 
-    from assistant.bench import report, serving
+    from assistant.bench import report
     from assistant.demo import model_set_or_demo
 
-    prompts = load_prompts(args.prompts, args.limit or SERVING_PROMPTS)
-    model_set = model_set_or_demo(say=lambda text: print(text, file=sys.stderr, flush=True))
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    model_set = model_set_or_demo(say=say)
     machine = report.machine()
-    print(f"[bench] serving overhead on {machine['cpu']} ({machine['cpu_class']}, {machine['kernels']}), model set "
-          f"{model_set.name!r}, {len(prompts)} prompts x {args.max_tokens or 128} tokens, {args.threads} threads",
-          file=sys.stderr, flush=True)
-    result = serving.measure(model_set, prompts, args.max_tokens or 128, args.threads,
-                             say=lambda text: print(text, file=sys.stderr, flush=True))
+    max_tokens = args.max_tokens or 128
+    say(f"[bench] {title} on {machine['cpu']} ({machine['cpu_class']}, {machine['kernels']}), model set "
+        f"{model_set.name!r}, {len(prompts)} prompts x {max_tokens} tokens, {args.threads} threads")
+    result = measure(model_set, prompts, max_tokens, args.threads, say=say)
     result["machine"] = machine
     args.out.mkdir(parents=True, exist_ok=True)
-    report.write_json(result, args.out / "serving.json")
-    print(f"served / direct tokens/s (geomean over {len(prompts)} prompts, identical answers): "
-          f"{result['served_over_direct']:.3f}")
+    report.write_json(result, args.out / filename)
+    print(f"{ratio_text} (geomean over {len(prompts)} prompts, identical answers): {result[ratio]:.3f}")
     return 0
 
 

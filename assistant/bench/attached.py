@@ -1,0 +1,77 @@
+"""What the n-gram level is worth when the answer edits an attached file: the same prompts answered with and
+without it at the bottom of the chain (adaptive policy both times), alternating, greedy, on one model set.
+
+The prompts attach one of this package's own source files (present wherever the product is installed) and
+ask for it back from its first lines on, in the form the demo models were trained on ("Finish this
+module:"): an answer that rewrites a file copies long runs of it, which is what prompt lookup drafts for
+free. A real instruction model asked to edit a file repeats it the same way."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+PACKAGE = Path(__file__).resolve().parents[1]
+HEAD_LINES = 12  # the start of the file given in the request; the model goes on from there
+SIZE_RANGE = (2000, 6000)  # bytes: files long enough to copy from, short enough for a 4096-token context
+
+
+def edit_prompts(count: int) -> list[dict]:
+    """``count`` prompts, each attaching one source file of the package and asking for it from its start."""
+    from assistant import attachments
+
+    files = sorted(path for path in PACKAGE.rglob("*.py")
+                   if SIZE_RANGE[0] <= path.stat().st_size <= SIZE_RANGE[1])[:count]
+    if not files:
+        raise AssistantError(f"{PACKAGE}: no source files to attach")
+    prompts = []
+    for path in files:
+        name = str(path.relative_to(PACKAGE.parent))
+        attached = attachments.read_file(name, PACKAGE.parent)
+        head = "".join(attached.content.splitlines(keepends=True)[:HEAD_LINES])
+        request = f"Finish this module:\n```python\n{head}```"
+        prompts.append({"id": name, "messages": [
+            {"role": "system", "content": attachments.system_note([attached], PACKAGE.parent)},
+            {"role": "user", "content": attachments.with_attachments(request, [attached])}]})
+    return prompts
+
+
+def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=print) -> dict:
+    from assistant.speculative import Pipeline, Sampling, Stats
+
+    with Pipeline.load(model_set, threads=threads, ngram=True) as with_ngram, \
+            Pipeline.load(model_set, threads=threads, ngram=False) as without:
+        if len(with_ngram.roles) == len(without.roles):
+            raise AssistantError(f"model set {model_set.name!r}: the n-gram level did not join the chain")
+
+        def answer(pipeline, messages):
+            began, tokens = time.perf_counter(), []
+            for event in pipeline.chat(messages, Sampling(), max_tokens):
+                if isinstance(event, Stats):
+                    return time.perf_counter() - began, tokens, event
+                tokens.append(event.token)
+
+        for pipeline in (with_ngram, without):
+            answer(pipeline, prompts[0]["messages"])  # warm: the policy has measured every level
+        rows = []
+        for index, prompt in enumerate(prompts):
+            order = [("with", with_ngram), ("without", without)]
+            order = order if index % 2 == 0 else order[::-1]
+            runs = {name: answer(pipeline, prompt["messages"]) for name, pipeline in order}
+            if runs["with"][1] != runs["without"][1]:
+                raise AssistantError(f"prompt {prompt['id']}: the answers with and without the n-gram level differ")
+            tokens = len(runs["with"][1])
+            ngram = runs["with"][2].levels[-1]
+            row = {"id": prompt["id"], "tokens": tokens, "prompt_tokens": runs["with"][2].prompt_tokens,
+                   "with_tps": tokens / runs["with"][0], "without_tps": tokens / runs["without"][0],
+                   "ngram_proposed": ngram.proposed, "ngram_accepted": ngram.accepted,
+                   "shapes_with": runs["with"][2].shapes}
+            rows.append(row)
+            say(f"  {prompt['id']}: {tokens} tokens, with the n-gram level {row['with_tps']:.1f} tokens/s "
+                f"(it proposed {ngram.proposed}, {ngram.accepted} accepted), without {row['without_tps']:.1f}")
+    ratio = math.exp(sum(math.log(row["with_tps"] / row["without_tps"]) for row in rows) / len(rows))
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "rows": rows,
+            "with_over_without": ratio, "roles_with": with_ngram.roles, "roles_without": without.roles}
