@@ -9,6 +9,7 @@ free. A real instruction model asked to edit a file repeats it the same way."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from assistant.errors import AssistantError
 
 PACKAGE = Path(__file__).resolve().parents[1]
 HEAD_LINES = 12  # the start of the file given in the request; the model goes on from there
+REPEATS = 3  # runs per prompt and pipeline, alternating; the medians are compared
 SIZE_RANGE = (2000, 6000)  # bytes: files long enough to copy from, short enough for a 4096-token context
 
 
@@ -59,19 +61,26 @@ def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=p
         rows = []
         for index, prompt in enumerate(prompts):
             order = [("with", with_ngram), ("without", without)]
-            order = order if index % 2 == 0 else order[::-1]
-            runs = {name: answer(pipeline, prompt["messages"]) for name, pipeline in order}
-            if runs["with"][1] != runs["without"][1]:
+            seconds = {"with": [], "without": []}
+            for repeat in range(REPEATS):  # alternating which goes first
+                for name, pipeline in (order if (index + repeat) % 2 == 0 else order[::-1]):
+                    elapsed, tokens, stats = answer(pipeline, prompt["messages"])
+                    seconds[name].append(elapsed)
+                    if name == "with":
+                        with_tokens, ngram, prompt_tokens = tokens, stats.levels[-1], stats.prompt_tokens
+                    else:
+                        without_tokens = tokens
+            if with_tokens != without_tokens:
                 raise AssistantError(f"prompt {prompt['id']}: the answers with and without the n-gram level differ")
-            tokens = len(runs["with"][1])
-            ngram = runs["with"][2].levels[-1]
-            row = {"id": prompt["id"], "tokens": tokens, "prompt_tokens": runs["with"][2].prompt_tokens,
-                   "with_tps": tokens / runs["with"][0], "without_tps": tokens / runs["without"][0],
-                   "ngram_proposed": ngram.proposed, "ngram_accepted": ngram.accepted,
-                   "shapes_with": runs["with"][2].shapes}
+            count = len(with_tokens)
+            row = {"id": prompt["id"], "tokens": count, "prompt_tokens": prompt_tokens,
+                   "with_tps": count / statistics.median(seconds["with"]),
+                   "without_tps": count / statistics.median(seconds["without"]),
+                   "ngram_proposed": ngram.proposed, "ngram_accepted": ngram.accepted}
             rows.append(row)
-            say(f"  {prompt['id']}: {tokens} tokens, with the n-gram level {row['with_tps']:.1f} tokens/s "
-                f"(it proposed {ngram.proposed}, {ngram.accepted} accepted), without {row['without_tps']:.1f}")
+            say(f"  {prompt['id']}: {count} tokens, with the n-gram level {row['with_tps']:.1f} tokens/s (its last "
+                f"run: {ngram.proposed} proposed, {ngram.accepted} accepted), without {row['without_tps']:.1f} "
+                f"(medians of {REPEATS})")
     ratio = math.exp(sum(math.log(row["with_tps"] / row["without_tps"]) for row in rows) / len(rows))
-    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "rows": rows,
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": REPEATS, "rows": rows,
             "with_over_without": ratio, "roles_with": with_ngram.roles, "roles_without": without.roles}

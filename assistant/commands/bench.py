@@ -49,7 +49,7 @@ def add_arguments(parser):
     parser.add_argument("--attached", action="store_true",
                         help="measure the n-gram level instead: prompts that attach one of this package's source "
                              "files and ask for it back, answered with and without the n-gram level, alternating, "
-                             "on the default model set; writes attached.json (default 8 prompts)")
+                             "on the default model set; writes attached.json (default 8 prompts, 256 tokens)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
                              "(default: the packaged demo set, the same trained pair as ../shared/models)")
@@ -157,10 +157,12 @@ def _attached(args) -> int:
     from assistant.bench import attached
 
     return _side_bench(args, "n-gram level on attached files", attached.edit_prompts(args.limit or SIDE_PROMPTS),
-                       attached.measure, "attached.json", "with_over_without", "with / without the n-gram level, tokens/s")
+                       attached.measure, "attached.json", "with_over_without", "with / without the n-gram level, tokens/s",
+                       default_tokens=256)  # an edited file is a long answer
 
 
-def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str, ratio_text: str) -> int:
+def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str, ratio_text: str,
+                default_tokens: int = 128) -> int:
     """A one-question benchmark on the default model set (the demo set on a fresh machine): run ``measure``,
     write its JSON with the machine beside it, print the geomean ratio it answers with."""
     import sys
@@ -173,7 +175,7 @@ def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, r
 
     model_set = model_set_or_demo(say=say)
     machine = report.machine()
-    max_tokens = args.max_tokens or 128
+    max_tokens = args.max_tokens or default_tokens
     say(f"[bench] {title} on {machine['cpu']} ({machine['cpu_class']}, {machine['kernels']}), model set "
         f"{model_set.name!r}, {len(prompts)} prompts x {max_tokens} tokens, {args.threads} threads")
     result = measure(model_set, prompts, max_tokens, args.threads, say=say)
