@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import subprocess
 import threading
 import time
@@ -25,6 +26,8 @@ FENCES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".c": "c", 
           ".hpp": "cpp", ".rs": "rust", ".go": "go", ".java": "java", ".sh": "sh", ".md": "markdown",
           ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".css": "css",
           ".sql": "sql", ".rb": "ruby", ".kt": "kotlin", ".swift": "swift", ".cs": "csharp", ".txt": ""}
+TEXT_SUFFIXES = set(FENCES) | {".cfg", ".ini", ".xml", ".csv", ".log", ".rst", ".lock", ".env", ".in", ".tsx", ".jsx"}
+MENTION = re.compile(r"(?<![\w@])@([^\s`'\"()\[\]{}<>,;]+)")  # not in an e-mail address, not a call's brackets
 
 
 class AttachmentError(AssistantError):
@@ -53,7 +56,7 @@ def read_file(path: str | Path, cwd: str | Path | None = None) -> Attachment:
     """The file at ``path`` (relative to ``cwd``) as an attachment, or an AttachmentError saying why not."""
     cwd = Path(cwd or os.getcwd())
     name = str(path)
-    full = (cwd / Path(name).expanduser())
+    full = _under(cwd, name)
     if not full.exists():
         raise AttachmentError(f"{name}: no such file")
     if full.is_dir():
@@ -73,6 +76,14 @@ def read_file(path: str | Path, cwd: str | Path | None = None) -> Attachment:
     except UnicodeDecodeError:
         raise AttachmentError(f"{name}: not UTF-8 text") from None
     return Attachment("file", name, text, hashlib.sha256(data).hexdigest())
+
+
+def _under(cwd: Path, name: str) -> Path:
+    """``name`` from ``cwd``, with `~` expanded (an unknown `~user` stays as written)."""
+    try:
+        return cwd / Path(name).expanduser()
+    except RuntimeError:
+        return cwd / name
 
 
 def expand(pattern: str, cwd: str | Path | None = None) -> list[str]:
@@ -151,3 +162,43 @@ def system_note(attachments: list[Attachment], cwd: str | Path | None = None) ->
         return ""
     return (f"The user works in {Path(cwd or os.getcwd())} and attached these files (paths relative to it): "
             + ", ".join(files) + ". Their contents are in the user's message.")
+
+
+def mentions(text: str, cwd: str | Path | None = None) -> list[str]:
+    """The paths a chat message attaches with `@`, e.g. "explain @src/app.py." gives ["src/app.py"].
+
+    A word after `@` is a path when something exists there (a directory too, so that it is refused by name)
+    or when it looks like one (a `/` or a known text suffix); a decorator such as `@property` or
+    `@pytest.mark.parametrize` stays text."""
+    cwd = Path(cwd or os.getcwd())
+    found: list[str] = []
+    for match in MENTION.finditer(text):
+        word = match.group(1)
+        bare = word.rstrip(".:!?")  # a sentence's full stop after the path
+        for name in (word, bare):
+            if name and _under(cwd, name).exists():
+                break
+        else:
+            name = bare if ("/" in bare or Path(bare).suffix.lower() in TEXT_SUFFIXES) else ""
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
+def completions(partial: str, cwd: str | Path | None = None) -> list[str]:
+    """Paths (relative as typed, directories ending in "/") that complete ``partial``, for Tab after `@`.
+    Hidden entries only when ``partial`` names one with its leading dot."""
+    cwd = Path(cwd or os.getcwd())
+    head, slash, prefix = partial.rpartition("/")
+    folder = _under(cwd, head + slash) if slash else cwd
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or (entry.name.startswith(".") and not prefix.startswith(".")):
+            continue
+        name = head + slash + entry.name
+        found.append(name + "/" if entry.is_dir() else name)
+    return found

@@ -94,3 +94,23 @@ def test_generate_attaches_files_into_the_prompt(demo_set, tmp_path):
 def test_generate_refuses_a_missing_attachment_in_one_line(tmp_path):
     done = generate("-f", "nowhere.py", "Explain it.", cwd=tmp_path)
     assert done.returncode == 1 and done.stderr.strip() == "error: nowhere.py: no such file"
+
+
+def test_at_mentions_name_paths_and_leave_decorators_and_addresses_alone(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("")
+    (tmp_path / "Makefile").write_text("")
+    text = ("Compare @src/app.py. with @Makefile and @missing.py, @docs/ @property @pytest.mark.parametrize "
+            "@app.route(\"/\") me@example.com @src/app.py again")
+    assert attachments.mentions(text, tmp_path) == ["src/app.py", "Makefile", "missing.py", "docs/"]
+
+
+def test_completions_list_what_a_partial_path_can_become(tmp_path):
+    (tmp_path / "src").mkdir()
+    for name in ("src/app.py", "src/api.py", "setup.py", ".env"):
+        (tmp_path / name).write_text("")
+    assert attachments.completions("s", tmp_path) == ["setup.py", "src/"]
+    assert attachments.completions("src/a", tmp_path) == ["src/api.py", "src/app.py"]
+    assert attachments.completions("", tmp_path) == ["setup.py", "src/"]  # hidden files only when asked for
+    assert attachments.completions(".e", tmp_path) == [".env"]
+    assert attachments.completions("nowhere/x", tmp_path) == []
