@@ -12,6 +12,7 @@ import time
 import pytest
 
 from assistant import home
+from assistant.attachments import Attachment
 from assistant.chat import export, settings
 from assistant.chat.codeblocks import code_blocks
 from assistant.chat.migrations import MIGRATIONS
@@ -45,6 +46,53 @@ def test_an_older_database_is_upgraded_without_losing_data(tmp_path):
     store = Store(path)
     (message,) = store.messages(1)
     assert (message.content, message.provenance, message.complete) == ("hi", [], True)
+
+
+def test_a_database_from_before_attachments_gets_their_table_and_keeps_its_messages(tmp_path):
+    path = tmp_path / "before.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    from assistant.chat import migrations
+
+    before = [(name, script) for name, script in MIGRATIONS if name != "m004_attachments"]
+    assert len(before) == len(MIGRATIONS) - 1 and MIGRATIONS[-1][0] == "m004_attachments"
+    for name, script in before:
+        db.executescript(script)
+        migrations.applied(db)
+        db.execute("INSERT INTO migrations VALUES (?, 0)", (name,))
+    db.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 0, 0)")
+    db.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'hi', 0)")
+    db.execute("INSERT INTO messages (conversation_id, role, content, provenance, complete, created_at)"
+               " VALUES (1, 'assistant', 'hello', '[[1, \"hel\"], [0, \"lo\"]]', 1, 0)")
+    db.close()
+    store = Store(path)
+    assert [row[0] for row in store.db.execute("SELECT name FROM migrations ORDER BY rowid")][-1] == "m004_attachments"
+    user, answer = store.messages(1)
+    assert (user.content, answer.content, answer.provenance) == ("hi", "hello", [(1, "hel"), (0, "lo")])
+    assert store.attachments(1) == []
+    attached = Attachment("file", "app.py", "x = 1\n", "d1")
+    message = store.add_message(1, "user", "and @app.py?", attachments=[attached], directory="/project")
+    (stored,) = store.attachments(1)
+    assert (stored.message_id, stored.directory, stored.attachment, stored.dropped) == (message.id, "/project", attached,
+                                                                                        False)
+
+
+def test_attachments_are_stored_with_their_message_dropped_and_deleted_with_it():
+    store = Store()
+    conversation = store.new_conversation()
+    files = [Attachment("file", "a.py", "a\n", "da"), Attachment("file", "b.py", "b\n", "db", changed=True)]
+    output = Attachment("command", "pytest -x", "1 failed\n", exit_code=1)
+    first = store.add_message(conversation.id, "user", "look", attachments=files, directory="/p")
+    second = store.add_message(conversation.id, "user", "and this", attachments=[output], directory="/p")
+    stored = store.attachments(conversation.id)
+    assert [(s.message_id, s.attachment) for s in stored] == [(first.id, files[0]), (first.id, files[1]),
+                                                              (second.id, output)]
+    assert store.drop_attachments(conversation.id, "a.py") == 1
+    assert [s.dropped for s in store.attachments(conversation.id)] == [True, False, False]
+    assert store.drop_attachments(conversation.id) == 2
+    other = store.new_conversation()
+    store.add_message(other.id, "user", "elsewhere", attachments=[files[0]], directory="/q")
+    store.delete(conversation.id)  # attachments go with their messages
+    assert store.db.execute("SELECT COUNT(*) FROM attachments").fetchone()[0] == 1
 
 
 def test_conversations_messages_rename_search_delete():

@@ -41,6 +41,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         "m003_recent_first",
         "CREATE INDEX conversations_by_update ON conversations(updated_at DESC);",
     ),
+    (
+        "m004_attachments",
+        """
+        CREATE TABLE attachments (
+            id INTEGER PRIMARY KEY,
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            directory TEXT NOT NULL,
+            content TEXT NOT NULL,
+            digest TEXT NOT NULL DEFAULT '',
+            exit_code INTEGER,
+            changed INTEGER NOT NULL DEFAULT 0,
+            dropped INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX attachments_by_message ON attachments(message_id, id);
+        """,
+    ),
 ]
 
 

@@ -10,8 +10,10 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from assistant import home
+from assistant.attachments import Attachment
 from assistant.chat.migrations import migrate
 from assistant.errors import AssistantError
 
@@ -39,6 +41,16 @@ class Message:
     stats: dict | None = None
     complete: bool = True
     created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class StoredAttachment:
+    """A user message's attachment, with the working directory its name is relative to."""
+
+    message_id: int
+    directory: str
+    attachment: Attachment
+    dropped: bool = False  # taken out with /drop: no longer sent to the model
 
 
 def title_from(text: str) -> str:
@@ -119,8 +131,10 @@ class Store:
         rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         return [self._message(row) for row in rows]
 
-    def add_message(self, conversation_id: int, role: str, content: str, complete: bool = True) -> Message:
-        """Commit a message now; the first user message also names an untitled conversation."""
+    def add_message(self, conversation_id: int, role: str, content: str, complete: bool = True,
+                    attachments: Sequence[Attachment] = (), directory: str = "") -> Message:
+        """Commit a message with its attachments (names relative to ``directory``) now; the first user message
+        also names an untitled conversation."""
         now = time.time()
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -132,6 +146,12 @@ class Store:
                 "UPDATE conversations SET updated_at = ?, title = CASE WHEN title = ? AND ? = 'user' THEN ? ELSE title END"
                 " WHERE id = ?",
                 (now, DEFAULT_TITLE, role, title_from(content), conversation_id),
+            )
+            self.db.executemany(
+                "INSERT INTO attachments (message_id, kind, name, directory, content, digest, exit_code, changed)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(cursor.lastrowid, a.kind, a.name, directory, a.content, a.digest, a.exit_code, int(a.changed))
+                 for a in attachments],
             )
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -157,6 +177,22 @@ class Store:
             "UPDATE messages SET content = ?, provenance = ?, stats = ?, complete = ? WHERE id = ?",
             (content, json.dumps(provenance), None if stats is None else json.dumps(stats), int(complete), message_id),
         )
+
+    def attachments(self, conversation_id: int) -> list[StoredAttachment]:
+        """Every attachment of the conversation's messages, oldest first."""
+        rows = self.db.execute(
+            "SELECT a.* FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ?"
+            " ORDER BY a.message_id, a.id", (conversation_id,))
+        return [StoredAttachment(row["message_id"], row["directory"], Attachment(
+            row["kind"], row["name"], row["content"], row["digest"], row["exit_code"], bool(row["changed"])),
+            bool(row["dropped"])) for row in rows]
+
+    def drop_attachments(self, conversation_id: int, name: str | None = None) -> int:
+        """Stop sending the conversation's attachments (those named ``name``, or all) to the model; how many."""
+        cursor = self.db.execute(
+            "UPDATE attachments SET dropped = 1 WHERE dropped = 0 AND (? IS NULL OR name = ?) AND message_id IN"
+            " (SELECT id FROM messages WHERE conversation_id = ?)", (name, name, conversation_id))
+        return cursor.rowcount
 
     def delete_message(self, message_id: int) -> None:
         self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
