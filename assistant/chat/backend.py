@@ -5,11 +5,14 @@ Kept this small so the UI can run it in a worker thread and every failure arrive
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
+from assistant.attachments import with_attachments
+from assistant.chat import attached as attached_files
 from assistant.chat.recorder import AnswerRecorder, stats_dict
 from assistant.chat.settings import ChatSettings
-from assistant.chat.store import Message, Store
+from assistant.chat.store import Message, Store, StoredAttachment
 from assistant.errors import AssistantError
 from assistant.modelsets import ModelSet, ModelSetError
 
@@ -32,10 +35,18 @@ def load_pipeline(model_set: ModelSet, settings: ChatSettings):
         raise AssistantError(f"cannot load model set {model_set.name!r}: {error}") from error
 
 
-def prompt_messages(system_prompt: str, history: list[Message]) -> list[dict]:
-    """What the model sees: the system prompt, then user and assistant turns (errors are for people only)."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
-    messages += [{"role": m.role, "content": m.content} for m in history if m.role in ("user", "assistant")]
+def prompt_messages(system_prompt: str, history: list[Message], attached: Sequence[StoredAttachment] = (),
+                    cwd: str | Path | None = None) -> list[dict]:
+    """What the model sees: the system prompt (naming the attached files), then user and assistant turns,
+    each user turn with its attachments' blocks before its text (errors are for people only). ``cwd`` is the
+    chat's working directory (default: the current one), which the files' names are relative to."""
+    cwd = Path.cwd() if cwd is None else cwd
+    system = "\n\n".join(part for part in (system_prompt if system_prompt.strip() else "",
+                                             attached_files.note(attached, cwd)) if part)
+    messages = [{"role": "system", "content": system}] if system else []
+    blocks = attached_files.by_message(attached, cwd)
+    messages += [{"role": m.role, "content": with_attachments(m.content, blocks.get(m.id, []))}
+                 for m in history if m.role in ("user", "assistant")]
     return messages
 
 

@@ -1,0 +1,72 @@
+"""A conversation's stored attachments as the model sees them, and the files among them changed since.
+
+Names are kept as the user typed them, relative to the directory the chat ran in then. Seen from another
+working directory (a conversation resumed elsewhere) a file goes by its full path, and it is re-read from
+where it was attached, so a same-named file in the new directory is never taken for it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Iterable
+
+from assistant.attachments import Attachment, AttachmentError, refresh, system_note
+from assistant.chat.store import StoredAttachment
+
+
+def location(directory: str | Path, name: str) -> Path:
+    """Where a file attachment lives: its name from the directory it was attached in, normalised."""
+    return Path(os.path.normpath(os.path.join(directory, os.path.expanduser(name))))
+
+
+def seen_from(stored: StoredAttachment, cwd: str | Path) -> Attachment:
+    """The attachment named as the model should read it from ``cwd``."""
+    attachment = stored.attachment
+    if attachment.kind != "file" or Path(stored.directory) == Path(cwd):
+        return attachment
+    return dataclasses.replace(attachment, name=str(location(stored.directory, attachment.name)))
+
+
+def by_message(attached: Iterable[StoredAttachment], cwd: str | Path) -> dict[int, list[Attachment]]:
+    """Each message's attachments still sent to the model (not dropped), as seen from ``cwd``."""
+    seen: dict[int, list[Attachment]] = {}
+    for stored in attached:
+        if not stored.dropped:
+            seen.setdefault(stored.message_id, []).append(seen_from(stored, cwd))
+    return seen
+
+
+def note(attached: Iterable[StoredAttachment], cwd: str | Path) -> str:
+    """The system prompt's sentence naming the files attached in the conversation (each once)."""
+    files = {}
+    for stored in attached:
+        if stored.attachment.kind == "file" and not stored.dropped:
+            files.setdefault(location(stored.directory, stored.attachment.name), seen_from(stored, cwd))
+    return system_note(list(files.values()), cwd)
+
+
+def changed_files(attached: Iterable[StoredAttachment], cwd: str | Path,
+                  attaching_now: Iterable[Path] = ()) -> tuple[list[Attachment], list[str]]:
+    """Files attached in earlier turns (the latest copy of each, unless dropped or attached again now) that
+    changed since: re-read, marked changed and named as seen from ``cwd``; and why any can no longer be read."""
+    latest: dict[Path, StoredAttachment] = {}
+    for stored in attached:
+        if stored.attachment.kind == "file":
+            where = location(stored.directory, stored.attachment.name)
+            if stored.dropped:
+                latest.pop(where, None)
+            else:
+                latest[where] = stored
+    for where in attaching_now:
+        latest.pop(where, None)
+    changed, unreadable = [], []
+    for stored in latest.values():
+        try:
+            current = refresh(stored.attachment, stored.directory)
+        except AttachmentError as error:
+            unreadable.append(str(error))
+            continue
+        if current is not stored.attachment:
+            changed.append(dataclasses.replace(current, name=seen_from(stored, cwd).name))
+    return changed, unreadable

@@ -1,0 +1,92 @@
+"""The chat's attachments below the UI: the model's view of stored attachments from any working directory,
+files changed or gone since, and writing a code block with its diff, atomically."""
+
+import os
+
+import pytest
+
+from assistant.attachments import read_file, system_note, with_attachments
+from assistant.chat import attached, backend, writing
+from assistant.chat.store import Store
+
+
+def test_the_model_sees_each_turns_attachments_and_the_files_named_once(tmp_path):
+    (tmp_path / "app.py").write_text("def main():\n    pass\n")
+    store = Store()
+    conversation = store.new_conversation(system_prompt="Be brief.")
+    file = read_file("app.py", tmp_path)
+    first = store.add_message(conversation.id, "user", "Explain @app.py", attachments=[file], directory=str(tmp_path))
+    answer = store.add_message(conversation.id, "assistant", "It does nothing.")
+    again = store.add_message(conversation.id, "user", "Sure?", attachments=[file], directory=str(tmp_path))
+    store.add_message(conversation.id, "error", "shown, never sent")
+    prompt = backend.prompt_messages("Be brief.", store.messages(conversation.id), store.attachments(conversation.id),
+                                     tmp_path)
+    assert prompt == [
+        {"role": "system", "content": "Be brief.\n\n" + system_note([file], tmp_path)},
+        {"role": "user", "content": with_attachments(first.content, [file])},
+        {"role": "assistant", "content": answer.content},
+        {"role": "user", "content": with_attachments(again.content, [file])},
+    ]
+    # resumed from another directory: the file goes by its full path
+    elsewhere = backend.prompt_messages("", store.messages(conversation.id), store.attachments(conversation.id),
+                                        tmp_path / "sub")
+    assert f"File `{tmp_path / 'app.py'}`:" in elsewhere[1]["content"]
+    assert str(tmp_path / "app.py") in elsewhere[0]["content"]
+
+
+def test_changed_files_are_reread_from_where_they_were_attached_and_gone_ones_named(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    (tmp_path / "sub" / "a.py").write_text("# another a.py\n")
+    store = Store()
+    conversation = store.new_conversation()
+    store.add_message(conversation.id, "user", "look", directory=str(tmp_path),
+                      attachments=[read_file(name, tmp_path) for name in ("a.py", "b.py", "c.py")])
+    stored = store.attachments(conversation.id)
+    assert attached.changed_files(stored, tmp_path) == ([], [])
+    (tmp_path / "a.py").write_text("# a.py, edited\n")
+    (tmp_path / "b.py").write_text("# b.py, edited\n")
+    (tmp_path / "c.py").unlink()
+    changed, gone = attached.changed_files(stored, tmp_path, attaching_now=[attached.location(tmp_path, "b.py")])
+    assert [(a.name, a.content, a.changed) for a in changed] == [("a.py", "# a.py, edited\n", True)]
+    assert gone == ["c.py: no such file"]
+    # from another directory the same names are not confused with what is there
+    changed, _ = attached.changed_files(stored, tmp_path / "sub")
+    assert [a.name for a in changed] == [str(tmp_path / "a.py"), str(tmp_path / "b.py")]
+    store.drop_attachments(conversation.id)
+    assert attached.changed_files(store.attachments(conversation.id), tmp_path) == ([], [])
+
+
+def test_writing_shows_the_diff_and_replaces_atomically(tmp_path):
+    target = tmp_path / "app.py"
+    target.write_text("x = 1\n")
+    os.chmod(target, 0o750)
+    planned = writing.plan("app.py", "x = 2\n", tmp_path)
+    assert planned.diff == "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    writing.write(planned)
+    assert target.read_text() == "x = 2\n" and target.stat().st_mode & 0o777 == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]  # no temporary file left
+    new = writing.plan("new.py", "y = 1", tmp_path)
+    assert new.old is None and new.diff.startswith("--- /dev/null\n+++ b/new.py\n")
+    assert new.diff.endswith("+y = 1\n\\ No newline at end of file\n")
+    writing.write(new)
+    assert (tmp_path / "new.py").read_text() == "y = 1"
+    stale = writing.plan("app.py", "x = 3\n", tmp_path)
+    target.write_text("edited meanwhile\n")
+    with pytest.raises(writing.WriteError, match="changed since the diff was shown"):
+        writing.write(stale)
+    assert target.read_text() == "edited meanwhile\n"
+
+
+@pytest.mark.parametrize("name,make,reason", [
+    ("folder", lambda p: p.mkdir(), "folder: is a directory"),
+    ("no/such.py", None, "no/such.py: no such directory"),
+    ("image.png", lambda p: p.write_bytes(b"\x89PNG\xff\xfe"), "image.png: not a UTF-8 text file"),
+])
+def test_what_cannot_be_written_is_named(tmp_path, name, make, reason):
+    if make:
+        make(tmp_path / name)
+    with pytest.raises(writing.WriteError) as refused:
+        writing.plan(name, "text", tmp_path)
+    assert str(refused.value).startswith(reason)
