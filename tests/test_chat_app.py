@@ -1,24 +1,28 @@
-"""The chat app driven by Pilot against the real engine on the converted bench pair and a real SQLite file."""
+"""The chat app driven by Pilot against the real engine on the converted bench pair and a real SQLite file;
+attachments from real files in a temporary project directory and real shell commands."""
 
+import contextlib
 import json
 import threading
 import time
 
 import pytest
 
-from assistant import home, modelsets
+from assistant import attachments, home, modelsets
+from assistant.chat import backend
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
 from assistant.ui import conversations, setting_changes
 from assistant.ui.app import ChatApp
-from assistant.ui.screens.ask import AskScreen, ConfirmScreen
+from assistant.ui.screens.ask import AskScreen, ConfirmScreen, DiffScreen
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
 from assistant.ui.widgets.answerer import Answerer
+from assistant.ui.widgets.attachment_bar import AttachmentBar
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
-from assistant.ui.widgets.status_line import StatusLine
+from assistant.ui.widgets.status_line import StatusLine, short_path
 
 pytestmark = pytest.mark.anyio
 
@@ -32,11 +36,11 @@ def anyio_backend():
     return "asyncio"  # Textual runs on asyncio
 
 
-def make_app(**changes) -> ChatApp:
+def make_app(cwd=None, **changes) -> ChatApp:
     settings = chat_settings.ChatSettings(max_tokens=48, n_ctx=1024)
     for key, value in changes.items():
         setattr(settings, key, value)
-    return ChatApp(settings, Store())
+    return ChatApp(settings, Store(), cwd=cwd)
 
 
 async def until(pilot, condition, timeout=60.0):
@@ -328,3 +332,278 @@ async def test_keymap_from_the_config_file_remaps_bindings(demo_set):
         assert app.screen.query(".message")
         await pilot.press("ctrl+t")
         assert not app.screen.query(".message")
+
+
+# attachments: @path, /add, /run and !, /drop, /save
+
+STACK = "class Stack:\n    def __init__(self):\n        self.items = []\n"
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A working directory with a little code in it."""
+    (tmp_path / "stack.py").write_text(STACK)
+    (tmp_path / "queue.py").write_text("from collections import deque\n")
+    (tmp_path / "notes.txt").write_text("push and pop\n")
+    return tmp_path
+
+
+def recorded(app):
+    """Every notification the app shows, as (severity, message)."""
+    seen = []
+    notify = app.notify
+
+    def recording(message, **kwargs):
+        seen.append((kwargs.get("severity", "information"), str(message)))
+        return notify(message, **kwargs)
+
+    app.notify = recording
+    return seen
+
+
+def prompts_sent(monkeypatch):
+    """The messages each answer was generated from, as the Answerer got them."""
+    sent = []
+    start = Answerer.start
+
+    def recording(answerer, view, prompt, settings):
+        sent.append(prompt)
+        start(answerer, view, prompt, settings)
+
+    monkeypatch.setattr(Answerer, "start", recording)
+    return sent
+
+
+@contextlib.asynccontextmanager
+async def chat_in(project):
+    """The app working in ``project``, models loaded: (pilot, its chat screen, the notifications it shows)."""
+    app = make_app(cwd=project)
+    notes = recorded(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        yield pilot, app.screen, notes
+
+
+async def enter(pilot, text):
+    """Put ``text`` into the input (as if typed) and press Enter; then wait for what it started."""
+    prompt = pilot.app.screen.query_one(PromptInput)
+    prompt.text = text
+    prompt.move_cursor(prompt.document.end)
+    await pilot.press("enter")
+    await pilot.pause(0.05)
+
+
+async def confirm(pilot, yes=True):
+    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+    await pilot.click("#confirm" if yes else "#cancel")
+    await pilot.pause(0.05)
+
+
+def user_views(screen):
+    return [view for view in screen.query(MessageView) if view.role == "user"]
+
+
+async def test_at_file_attaches_it_and_the_model_gets_its_text(demo_set, project, monkeypatch):
+    sent = prompts_sent(monkeypatch)
+    async with chat_in(project) as (pilot, screen, _):
+        assert screen.query_one(StatusLine).directory == short_path(project)
+        await pilot.click(PromptInput)
+        await pilot.press(*"Explain @st", "tab")  # Tab completes the path from the working directory
+        assert screen.query_one(PromptInput).text == "Explain @stack.py "
+        await pilot.press(*"briefly", "enter")
+        await settle(pilot)
+        assert screen.query_one(AnswerView).text.strip(), "the answer streamed"
+        (view,) = user_views(screen)
+        assert view.content == "Explain @stack.py briefly" and view.attachments == "Attached: stack.py (3 lines)"
+        conversation, messages = saved_messages()
+        assert messages[0].content == "Explain @stack.py briefly"  # what the user typed, as typed
+        (stored,) = Store().attachments(conversation.id)
+        assert (stored.message_id, stored.directory, stored.attachment.name, stored.attachment.content) == (
+            messages[0].id, str(project), "stack.py", STACK)
+        (prompt,) = sent
+        attached = attachments.read_file("stack.py", project)
+        assert prompt[-1] == {"role": "user", "content": attachments.with_attachments(messages[0].content, [attached])}
+        assert STACK.rstrip() in prompt[-1]["content"]
+        assert prompt[0] == {"role": "system", "content": attachments.system_note([attached], project)}
+        # the model's view is rebuilt from the store alone
+        kept = Store().attachments(conversation.id)
+        assert backend.prompt_messages(conversation.system_prompt, messages[:1], kept, project) == prompt
+
+
+async def test_add_a_glob_then_drop_one_and_all(demo_set, project, monkeypatch):
+    sent = prompts_sent(monkeypatch)
+    async with chat_in(project) as (pilot, screen, _):
+        bar = screen.query_one(AttachmentBar)
+        assert not bar.display
+        await enter(pilot, "/add *.py")
+        assert [a.name for a in bar.pending] == ["queue.py", "stack.py"] and bar.display
+        shown = str(bar.render())
+        assert "queue.py (1 line)" in shown and "stack.py (3 lines)" in shown and "context tokens left" in shown
+        tokens = len(screen.loader.pipeline.tokenize(bar.pending[1].render()))  # counted with the model's tokenizer
+        assert f"stack.py (3 lines)  {tokens} tokens" in shown
+        assert screen.query_one(PromptInput).text == "" and not Store().conversations()  # nothing sent
+        await enter(pilot, "/drop queue.py")
+        assert [a.name for a in bar.pending] == ["stack.py"]
+        await enter(pilot, "/drop")
+        assert bar.pending == [] and not bar.display
+        await enter(pilot, "/add stack.py notes.txt")
+        await enter(pilot, "What do these do?")
+        await settle(pilot)
+        assert bar.pending == [] and not bar.display
+        conversation, _ = saved_messages()
+        assert [s.attachment.name for s in Store().attachments(conversation.id)] == ["stack.py", "notes.txt"]
+        assert "File `notes.txt`" in sent[-1][-1]["content"]
+        # /drop takes earlier attachments out of what the model sees from now on
+        await enter(pilot, "/drop")
+        assert all(s.dropped for s in Store().attachments(conversation.id))
+        assert user_views(screen)[0].attachments.endswith("notes.txt (1 line) [dropped]")
+        await enter(pilot, "And now?")
+        await settle(pilot)
+        assert all("File `" not in message["content"] for message in sent[-1])
+        assert sent[-1][0]["role"] != "system"  # no files left to name
+
+
+async def test_run_asks_first_and_attaches_output_and_exit_code(demo_set, project, monkeypatch):
+    sent = prompts_sent(monkeypatch)
+    async with chat_in(project) as (pilot, screen, notes):
+        bar = screen.query_one(AttachmentBar)
+        await enter(pilot, "!touch ran.txt")
+        assert isinstance(pilot.app.screen, ConfirmScreen) and "touch ran.txt" in pilot.app.screen.question
+        await confirm(pilot, yes=False)  # refused: nothing runs
+        await settle(pilot)
+        assert not (project / "ran.txt").exists() and bar.pending == []
+        await enter(pilot, "/run echo checked; ls *.py; exit 3")
+        await confirm(pilot)
+        await settle(pilot)
+        (output,) = bar.pending
+        assert (output.kind, output.exit_code, output.content) == ("command", 3, "checked\nqueue.py\nstack.py\n")
+        assert ("warning", "echo checked; ls *.py; exit 3 exited with code 3; its output is attached.") in notes
+        assert "$ echo checked; ls *.py; exit 3 (exit 3)" in str(bar.render())
+        await enter(pilot, "Why did it fail?")
+        await settle(pilot)
+        conversation, messages = saved_messages()
+        (stored,) = Store().attachments(conversation.id)
+        assert stored.attachment.exit_code == 3 and stored.attachment.content == output.content
+        assert "(exit code 3):\n```\nchecked\nqueue.py" in sent[-1][-1]["content"]
+        assert user_views(screen)[0].attachments == "Attached: $ echo checked; ls *.py; exit 3 (exit 3)"
+        assert screen.query_one(AnswerView).text
+
+
+async def test_a_command_that_never_ends_is_stopped_by_esc_or_its_timeout(demo_set, project):
+    async with chat_in(project) as (pilot, screen, notes):
+        await enter(pilot, "!sleep 30")
+        await confirm(pilot)
+        assert screen.runner.running
+        began = time.monotonic()
+        await pilot.press("escape")
+        await settle(pilot)
+        assert time.monotonic() - began < 10 and not screen.runner.running
+        assert ("error", "`sleep 30`: cancelled, stopped") in notes
+        screen.runner.timeout = 0.5
+        await enter(pilot, "!sleep 30")
+        await confirm(pilot)
+        await settle(pilot)
+        assert ("error", "`sleep 30`: still running after 0.5 s, stopped") in notes
+        assert screen.query_one(AttachmentBar).pending == []
+        await ask(pilot)  # the chat goes on
+        assert screen.query_one(AnswerView).text
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("Explain @missing.py", "missing.py: no such file"),
+    ("Explain @pkg/", "pkg/: is a directory"),
+    ("Explain @logo.png", "logo.png: a binary file, not text"),
+    ("Explain @latin.txt", "latin.txt: not UTF-8 text"),
+    ("Explain @huge.py", "huge.py: 292 KiB is over the 256 KiB limit"),
+    ("/add pkg", "pkg: is a directory"),
+    ("/add *.rs", "*.rs: matches no file"),
+    ("/add nowhere.py", "nowhere.py: no such file"),
+])
+async def test_what_cannot_be_attached_is_named_and_nothing_is_lost(demo_set, project, text, reason):
+    (project / "pkg").mkdir()
+    (project / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+    (project / "latin.txt").write_bytes("café".encode("latin-1"))
+    (project / "huge.py").write_text("x = 1\n" * 50000)
+    async with chat_in(project) as (pilot, screen, notes):
+        await enter(pilot, text)
+        errors = [message for severity, message in notes if severity == "error"]
+        assert errors and errors[-1].startswith(reason)
+        assert screen.query_one(PromptInput).text == text, "what was typed is back in the input"
+        assert not Store().conversations() and not screen.query(".message")
+        await enter(pilot, "Explain @stack.py")  # the chat still works
+        await settle(pilot)
+        assert screen.query_one(AnswerView).text and user_views(screen)[0].attachments
+
+
+async def test_decorators_and_unknown_commands_are_not_attachments(demo_set, project):
+    async with chat_in(project) as (pilot, screen, notes):
+        await enter(pilot, "/nosuch thing")
+        assert notes[-1][0] == "warning" and notes[-1][1].startswith("/nosuch: no such command")
+        assert screen.query_one(PromptInput).text == "/nosuch thing"
+        await enter(pilot, "@property\ndef size(self):")
+        await settle(pilot)
+        (view,) = user_views(screen)
+        assert view.content == "@property\ndef size(self):" and not view.attachments
+
+
+ANSWER = ("Two versions:\n\n```python\ndef push(self, item):\n    self.items.append(item)\n```\n\n"
+          "```python\nclass Stack:\n    def __init__(self):\n        self.items = []\n\n"
+          "    def push(self, item):\n        self.items.append(item)\n```\n")
+
+
+async def test_save_shows_the_diff_and_writes_only_when_confirmed(demo_set, project):
+    store = Store()
+    conversation = store.new_conversation()
+    store.add_message(conversation.id, "user", "Add push")
+    answer = store.add_message(conversation.id, "assistant", "", complete=False)
+    store.update_answer(answer.id, ANSWER, [(0, ANSWER)], None, True)
+    (project / "pkg").mkdir()
+    async with chat_in(project) as (pilot, screen, notes):
+        await enter(pilot, "/save 2 stack.py")
+        assert isinstance(pilot.app.screen, DiffScreen)
+        diff = pilot.app.screen.diff
+        assert diff.startswith("--- a/stack.py\n+++ b/stack.py\n") and "+    def push(self, item):\n" in diff
+        await confirm(pilot, yes=False)
+        assert (project / "stack.py").read_text() == STACK, "declined: nothing written"
+        await enter(pilot, "/save 2 stack.py")
+        await confirm(pilot)
+        pushed = STACK + "\n    def push(self, item):\n        self.items.append(item)\n"
+        assert (project / "stack.py").read_text() == pushed
+        await enter(pilot, "/save 1 push.py")  # a new file asks too
+        assert isinstance(pilot.app.screen, DiffScreen) and pilot.app.screen.diff.startswith("--- /dev/null\n")
+        await confirm(pilot)
+        assert (project / "push.py").read_text() == "def push(self, item):\n    self.items.append(item)\n"
+        for text, reason in [("/save 3 x.py", "The last answer has 2 code blocks"),
+                             ("/save 1 pkg", "pkg: is a directory"),
+                             ("/save 1 none/x.py", "none/x.py: no such directory"),
+                             ("/save x.py", "Usage: /save N PATH")]:
+            await enter(pilot, text)
+            assert not isinstance(pilot.app.screen, DiffScreen) and notes[-1][1].startswith(reason), (text, notes[-1])
+            assert screen.query_one(PromptInput).text == text
+            screen.query_one(PromptInput).clear()
+    assert sorted(path.name for path in project.iterdir()) == ["notes.txt", "pkg", "push.py", "queue.py", "stack.py"]
+
+
+async def test_attachments_come_back_on_resume_and_a_changed_file_is_reread(demo_set, project, monkeypatch):
+    sent = prompts_sent(monkeypatch)
+    async with chat_in(project) as (pilot, _, _):
+        await enter(pilot, "What is @stack.py for?")
+        await settle(pilot)
+    (project / "stack.py").write_text(STACK + "\n    def pop(self):\n        return self.items.pop()\n")
+    async with chat_in(project) as (pilot, screen, notes):  # a restart resumes the conversation
+        (view,) = user_views(screen)
+        assert view.attachments == "Attached: stack.py (3 lines)"
+        await enter(pilot, "And now?")
+        await settle(pilot)
+        assert ("information", "stack.py changed since it was attached: re-read.") in notes
+        assert user_views(screen)[1].attachments == "Attached: stack.py (6 lines, changed: re-read)"
+        conversation, _ = saved_messages()
+        first, again = Store().attachments(conversation.id)
+        assert again.attachment.changed and "def pop" in again.attachment.content
+        assert "def pop" not in first.attachment.content
+        assert "File `stack.py` (changed since it was first attached):" in sent[-1][-1]["content"]
+        (project / "stack.py").unlink()  # gone: the chat says so and goes on
+        await enter(pilot, "Still there?")
+        await settle(pilot)
+        assert any(severity == "warning" and "stack.py: no such file" in message for severity, message in notes)
+        assert len(screen.query(AnswerView)) == 3 and screen.query(AnswerView).last().text

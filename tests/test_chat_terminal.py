@@ -1,4 +1,5 @@
-"""`assistant chat` in a real terminal (tmux): ask, wait, quit, resume; and kill -9 mid-answer loses nothing shown."""
+"""`assistant chat` in a real terminal (tmux): ask, wait, quit, resume; kill -9 mid-answer loses nothing shown; a file
+attached with `@` is asked about and shown again on resume."""
 
 import json
 import os
@@ -25,11 +26,11 @@ CAPTURES = Path(os.environ.get("ASSISTANT_CAPTURES", "")) if os.environ.get("ASS
 class Terminal:
     """One tmux session running `assistant chat`; always killed on exit, whatever happened."""
 
-    def __init__(self, home: Path, *args: str, width=120, height=40):
+    def __init__(self, home: Path, *args: str, width=120, height=40, cwd: Path = ROOT):
         self.name = f"assistant-test-{uuid.uuid4().hex[:8]}"
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         env = f"ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={path} TERM=xterm-256color"
-        command = f"cd {ROOT} && exec env -u COLUMNS -u LINES {env} {sys.executable} -m assistant chat {' '.join(args)}"
+        command = f"cd {cwd} && exec env -u COLUMNS -u LINES {env} {sys.executable} -m assistant chat {' '.join(args)}"
         self.socket = self.name  # a private tmux server: no one else's options or sessions
         subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-s", self.name,
                         "-x", str(width), "-y", str(height), command], check=True)
@@ -140,3 +141,30 @@ def answer_lines(screen: str) -> list[str]:
     if not starts or not ends or ends[-1] < starts[-1]:
         return []
     return [line.strip() for line in lines[starts[-1] + 1: ends[-1]] if line.strip()]
+
+
+def test_attach_a_file_with_at_ask_about_it_and_see_it_again_on_resume(assistant_home, demo_set, tmp_path):
+    (tmp_path / "stack.py").write_text("class Stack:\n    def __init__(self):\n        self.items = []\n")
+    with Terminal(assistant_home, cwd=tmp_path) as terminal:
+        terminal.wait_for(lambda s: "ready" in status_line(s), timeout=120)
+        terminal.send("C-b")  # the conversation list away: the whole width for the messages
+        terminal.send("Add a push method to @st", "Tab")  # Tab completes the path
+        terminal.wait_for(lambda s: "@stack.py" in s, timeout=10)
+        terminal.send("please", "Enter")
+        screen = terminal.wait_for(lambda s: "tok/s" in status_line(s))
+        keep("attached-file.txt", screen)
+        assert "Add a push method to @stack.py please" in screen and "Attached: stack.py (3 lines)" in screen
+        terminal.send("C-q")
+        terminal.wait_exit()
+    store = Store(assistant_home / "conversations.sqlite3")
+    (conversation,) = store.conversations()
+    user, answer = store.messages(conversation.id)
+    (stored,) = store.attachments(conversation.id)
+    assert (stored.message_id, stored.attachment.name, stored.directory) == (user.id, "stack.py", str(tmp_path))
+    assert answer.content.strip() and answer.complete
+    with Terminal(assistant_home, cwd=tmp_path) as terminal:
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s) and "Attached: stack.py (3 lines)" in s,
+                                   timeout=60)
+        assert "Add a push method to @stack.py please" in screen
+        terminal.send("C-q")
+        terminal.wait_exit()

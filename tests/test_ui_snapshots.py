@@ -3,6 +3,8 @@
 The conversation is written to the real store beforehand and the real models are loaded; nothing timed
 is on screen, so the pictures are deterministic. Update with `pytest --snapshot-update`."""
 
+from pathlib import Path
+
 import pytest
 
 from assistant.chat.settings import ChatSettings
@@ -31,7 +33,7 @@ def chat_app(demo_set):
     store.touch(conversation.id)
 
     def make(**changes):
-        return ChatApp(ChatSettings(n_ctx=1024, **changes), store)
+        return ChatApp(ChatSettings(n_ctx=1024, **changes), store, cwd=str(Path.home() / "project"))  # shown as ~/project
 
     return make
 

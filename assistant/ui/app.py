@@ -23,16 +23,17 @@ class ChatApp(App):
     ]
 
     def __init__(self, settings: chat_settings.ChatSettings | None = None, store: Store | None = None,
-                 resume: int | None = None, resume_latest: bool = True):
+                 resume: int | None = None, resume_latest: bool = True, cwd: str | None = None):
         super().__init__()
         self.settings = settings or chat_settings.load()
         self.store = store or Store()
         self.resume = resume
         self.resume_latest = resume_latest
+        self.cwd = cwd  # where attached paths and commands are relative to; None: the current directory
 
     def on_mount(self) -> None:
         self.set_keymap(self.settings.keymap)
-        self.push_screen(ChatScreen(self.resume))
+        self.push_screen(ChatScreen(self.resume, self.cwd))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

@@ -14,12 +14,7 @@ from assistant import modelsets
 from assistant.chat.codeblocks import code_blocks
 from assistant.ui import conversations
 from assistant.ui import setting_changes as changes
-from assistant.ui.widgets.messages import AnswerView
-
-
-def last_answer(screen) -> str:
-    answers = list(screen.query(AnswerView))
-    return answers[-1].text if answers else ""
+from assistant.ui.widgets.messages import last_answer
 
 
 def copy(screen, text: str, what: str) -> None:

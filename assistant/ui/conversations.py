@@ -9,15 +9,16 @@ from textual.containers import VerticalScroll
 
 from assistant.chat import export as markdown
 from assistant.chat.store import Message
+from assistant.ui import attaching
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.widgets.messages import AnswerView, MessageView
 
 
-def message_view(message: Message, speculation_view: bool) -> AnswerView | MessageView:
+def message_view(message: Message, speculation_view: bool, attachments: str = "") -> AnswerView | MessageView:
     if message.role == "assistant":
         note = "" if message.complete else "stopped"
         return AnswerView(message.id, message.provenance or [(0, message.content)], speculation_view, note)
-    return MessageView(message.role, message.content, message.id)
+    return MessageView(message.role, message.content, message.id, attachments)
 
 
 async def open_conversation(screen, conversation_id: int) -> None:
@@ -25,9 +26,12 @@ async def open_conversation(screen, conversation_id: int) -> None:
     screen.conversation = screen.store.conversation(conversation_id)
     messages = screen.query_one("#messages", VerticalScroll)
     await messages.query(".message").remove()
-    views = [message_view(message, screen.settings.speculation_view) for message in screen.store.messages(conversation_id)]
+    lines = attaching.lines_by_message(screen, conversation_id)
+    views = [message_view(message, screen.settings.speculation_view, lines.get(message.id, ""))
+             for message in screen.store.messages(conversation_id)]
     await messages.mount_all(views)
     messages.anchor()
+    attaching.update_bar(screen)
 
 
 def chosen_or_open(screen, conversation_id: int | None) -> int | None:

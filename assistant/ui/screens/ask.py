@@ -1,13 +1,15 @@
-"""Small modal dialogs: ask for one line of text, or confirm a destructive action."""
+"""Small modal dialogs: ask for one line of text, confirm a destructive action, or confirm a change to a file
+after reading its diff."""
 
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from rich.syntax import Syntax
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, Input, Label, Static
 
 
 class AskScreen(ModalScreen[str | None]):
@@ -43,12 +45,19 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
         self.action = action
 
+    box_classes = "dialog-box"
+
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog-box"):
+        with Vertical(classes=self.box_classes):
             yield Label(self.question, classes="question")
+            yield from self.details()
             with Horizontal(classes="buttons"):
                 yield Button(self.action, variant="error", id="confirm")
                 yield Button("Cancel", id="cancel")
+
+    def details(self) -> ComposeResult:
+        """What goes between the question and the buttons: nothing here."""
+        return iter(())
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
@@ -56,3 +65,17 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+
+class DiffScreen(ConfirmScreen):
+    """A ConfirmScreen showing a unified diff in a scrolling box between the question and the buttons."""
+
+    box_classes = "dialog-box diff-box"
+
+    def __init__(self, question: str, diff: str, action: str = "Write"):
+        super().__init__(question, action)
+        self.diff = diff
+
+    def details(self) -> ComposeResult:
+        with VerticalScroll(classes="diff"):
+            yield Static(Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=True))

@@ -1,13 +1,15 @@
-"""The main screen: conversation list, messages, input, legend and status line, and the keys that drive them.
+"""The main screen: conversation list, messages, attachment bar, input, legend and status line, and the keys
+that drive them.
 
 The work runs in components that report back with messages (``ModelLoader`` posts ``Loaded``, ``Answerer``
 posts ``Finished``), so the window stays responsive and a backend failure becomes a message, never a crash.
-Conversation management and settings changes have modules of their own (``assistant.ui.conversations``,
-``assistant.ui.setting_changes``)."""
+Conversation management, settings changes and attachments have modules of their own
+(``assistant.ui.conversations``, ``assistant.ui.setting_changes``, ``assistant.ui.attaching``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
@@ -20,14 +22,16 @@ from assistant import modelsets
 from assistant.chat import backend
 from assistant.chat.settings import save as save_settings
 from assistant.chat.store import Conversation, Store
-from assistant.ui import conversations
+from assistant.ui import attaching, conversations
 from assistant.ui.widgets.answerer import Answerer
+from assistant.ui.widgets.attachment_bar import AttachmentBar
+from assistant.ui.widgets.command_runner import CommandRunner
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.levels import legend
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.model_loader import ModelLoader
 from assistant.ui.widgets.prompt_input import PromptInput
-from assistant.ui.widgets.status_line import StatusLine, describe_stats
+from assistant.ui.widgets.status_line import StatusLine, describe_stats, short_path
 
 STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens limit", "length": "stopped at the max tokens limit",
               "context": "stopped: the context is full"}
@@ -35,7 +39,7 @@ STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens l
 
 def banner_text(model_set_name: str | None) -> str:
     text = ("Ask for code. Enter sends, Shift+Enter or Ctrl+J adds a line, Esc stops an answer, "
-            "Ctrl+P opens the commands, F1 shows help.")
+            "Ctrl+P opens the commands, F1 shows help. @path attaches a file; F1 lists /add, /run, /drop, /save.")
     if model_set_name == "demo":
         from assistant.demo import NOTICE
 
@@ -52,13 +56,15 @@ class ChatScreen(Screen):
         Binding("f3", "toggle_speculation_view", "Speculation view", id="chat.speculation_view"),
     ]
 
-    def __init__(self, resume: int | None = None):
+    def __init__(self, resume: int | None = None, cwd: str | Path | None = None):
         super().__init__()
         self.resume = resume
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()  # what attached paths and commands are relative to
         self.conversation: Conversation | None = None
         self.model_set: modelsets.ModelSet | None = None
         self.loader = ModelLoader()
         self.answerer = Answerer(self.loader)
+        self.runner = CommandRunner()
 
     @property
     def store(self) -> Store:
@@ -75,16 +81,19 @@ class ChatScreen(Screen):
                 with VerticalScroll(id="messages"):
                     yield Static(id="banner")
                 yield Static(id="legend")
-                yield PromptInput(id="prompt")
+                yield AttachmentBar(id="attachment-bar")
+                yield PromptInput(cwd=str(self.cwd), id="prompt")
                 yield StatusLine(id="status")
         yield Footer()
         yield self.loader
         yield self.answerer
+        yield self.runner
 
     async def on_mount(self) -> None:
         self.query_one("#legend").display = self.settings.speculation_view
         self.query_one("#messages").anchor()
         self.query_one(PromptInput).focus()
+        self.query_one(StatusLine).directory = short_path(self.cwd)
         conversation_id = self.resume
         if conversation_id is None and self.app.resume_latest:
             latest = self.store.latest_conversation()
@@ -126,6 +135,7 @@ class ChatScreen(Screen):
         self.query_one("#legend", Static).update(legend(list(pipeline.roles)))
         status.state = "ready"
         status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
+        attaching.update_bar(self)  # counted with the tokenizer from now on
 
     # conversations
 
@@ -141,6 +151,7 @@ class ChatScreen(Screen):
             return
         self.conversation = None
         await self.query_one("#messages").query(".message").remove()
+        attaching.update_bar(self)
         self.refresh_conversations()
         self.query_one(PromptInput).focus()
 
@@ -181,16 +192,26 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> None:
-        if self.answerer.generating:
-            self.query_one(PromptInput).text = text
-            self.notify("Still answering: Esc stops it.")
+        if attaching.command(self, text):
+            return
+        if self.answerer.generating or self.runner.running:
+            attaching.restore(self, text)
+            self.notify("Still answering: Esc stops it." if self.answerer.generating else
+                        "A command is running: send once it ends, so that its output goes with your message "
+                        "(Esc stops it).")
+            return
+        attachments = attaching.for_message(self, text)
+        if attachments is None:
+            attaching.restore(self, text)
             return
         if self.conversation is None:
             self.conversation = self.store.new_conversation(
                 system_prompt=self.settings.system_prompt,
                 model_set=self.model_set.name if self.model_set else None)
-        message = self.store.add_message(self.conversation.id, "user", text)  # committed before generating
-        await self.query_one("#messages").mount(MessageView("user", text, message.id))
+        message = self.store.add_message(self.conversation.id, "user", text, attachments=attachments,
+                                         directory=str(self.cwd))  # committed before generating
+        attaching.sent(self)
+        await self.query_one("#messages").mount(MessageView("user", text, message.id, attaching.line(attachments)))
         self.refresh_conversations()
         await self.start_answer()
 
@@ -203,7 +224,8 @@ class ChatScreen(Screen):
         await messages.mount(view)
         messages.anchor()
         self.query_one(StatusLine).state = "answering…" if self.loader.ready.is_set() else "waiting for the model…"
-        prompt = backend.prompt_messages(conversation.system_prompt, history)
+        prompt = backend.prompt_messages(conversation.system_prompt, history, self.store.attachments(conversation.id),
+                                         self.cwd)
         self.answerer.start(view, prompt, dataclasses.replace(self.settings))
 
     @on(Answerer.Finished)
@@ -237,7 +259,13 @@ class ChatScreen(Screen):
         await self.query_one("#messages").mount(MessageView("error", error, message.id))
         self.query_one("#messages").anchor()
 
+    @on(CommandRunner.Ran)
+    def _ran(self, message: CommandRunner.Ran) -> None:
+        attaching.ran(self, message)
+
     def action_stop(self) -> None:
+        if self.runner.stop():
+            self.notify("Stopping the command…", timeout=2)
         if self.answerer.stop():
             self.query_one(StatusLine).state = "stopping…"
 

@@ -1,4 +1,5 @@
-"""F1: what every key does (as currently mapped) and how to remap a binding by its id."""
+"""F1: what every key does (as currently mapped), the commands that bring files and command output into a
+message, and how to remap a binding by its id."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
+
+from assistant.attachments import COMMAND_TIMEOUT, MAX_FILE_BYTES
 
 INTRO = """\
 # Help
@@ -18,6 +21,24 @@ saved as they stream. **Ctrl+P** opens the command palette: every action below a
 """
 
 OUTRO = """\
+## Files and commands as context
+
+Paths are relative to the working directory shown at the end of the status line.
+
+- `@path` in a message attaches that file to it; **Tab** after `@` completes the path.
+- `/add PATH` or `/add GLOB` attaches files to your next message, e.g. `/add src/*.py` or `/add a.py b.py`.
+- `/run CMD` or `!CMD` runs a shell command once you confirm it and attaches its output and exit code;
+  **Esc** stops it, and it is stopped after {timeout:g} s.
+- `/drop` takes every attachment out, `/drop PATH` those named PATH: pending ones, and earlier ones the model
+  would otherwise see again.
+- `/save N PATH` writes code block N of the last answer to PATH once you have seen the diff (or the new file)
+  and confirmed.
+
+What your next message will carry is listed above the input with its token count and the context left. Files
+attached earlier are read again when they change (the message then says "changed: re-read"); the model is told
+which files are attached. Attachments are saved with the conversation. Files over {max_kib} KiB, binary files and
+directories are refused by name.
+
 In the conversation list, **Enter** opens a conversation, **F2** renames it and **Delete** deletes it.
 
 To remap a key, add its binding id to the `"keymap"` object of the `"chat"` section in `{config}`, e.g.
@@ -41,6 +62,7 @@ class HelpScreen(ModalScreen[None]):
         for binding in self.key_bindings:
             keys = ", ".join(self.app.get_key_display(Binding(key, "")) for key in binding.key.split(","))
             rows.append(f"| {keys} | {binding.description} | `{binding.id}` |")
-        text = "\n".join([INTRO, *rows, "", OUTRO.format(config=self.config_path)])
+        text = "\n".join([INTRO, *rows, "", OUTRO.format(config=self.config_path, timeout=COMMAND_TIMEOUT,
+                                                           max_kib=MAX_FILE_BYTES // 1024)])
         with VerticalScroll(classes="dialog-box help-box"):
             yield Markdown(text)

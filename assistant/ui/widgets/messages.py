@@ -1,4 +1,5 @@
-"""One message in the conversation: the user's text, an error, or an answer that can stream.
+"""One message in the conversation: the user's text (with a line naming its attachments), an error, or an
+answer that can stream.
 
 An answer keeps two renderings, Markdown and the coloured speculation view, and shows one of them."""
 
@@ -17,15 +18,25 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
 class MessageView(Vertical):
     """A finished, non-streaming message (the user's, or an error from the backend)."""
 
-    def __init__(self, role: str, content: str, message_id: int | None = None):
+    def __init__(self, role: str, content: str, message_id: int | None = None, attachments: str = ""):
         super().__init__(classes=f"message {role}")
         self.role = role
         self.content = content
         self.message_id = message_id
+        self.attachments = attachments  # a line naming what was attached, e.g. "Attached: app.py (12 lines)"
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_TITLES.get(self.role, self.role), classes="role")
         yield Static(Text(self.content), classes="body")
+        line = Static(Text(self.attachments), classes="attachments")
+        line.display = bool(self.attachments)
+        yield line
+
+    def set_attachments(self, line: str) -> None:
+        self.attachments = line
+        shown = self.query_one(".attachments", Static)
+        shown.update(Text(line))
+        shown.display = bool(line)
 
 
 class AnswerView(Vertical):
@@ -85,3 +96,9 @@ class AnswerView(Vertical):
         label = self.query_one(".note", Label)
         label.update(note)
         label.display = bool(note)
+
+
+def last_answer(screen) -> str:
+    """The text of the last answer on ``screen`` ("" before the first), for copying and saving its code."""
+    answers = list(screen.query(AnswerView))
+    return answers[-1].text if answers else ""

@@ -1,8 +1,11 @@
-"""The line under the input: model set and levels, what the engine is doing, speed, acceptance, context.
+"""The line under the input: model set and levels, what the engine is doing, speed, acceptance, context, and
+the working directory that `@path`, `/add`, `/run` and `/save` are relative to.
 
 Loading shows an indeterminate progress bar, since llama.cpp reports no progress we could forward."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -23,11 +26,27 @@ def describe_stats(stats: dict | None) -> str:
     return " · ".join(parts)
 
 
+def short_path(path: str | Path, width: int = 20) -> str:
+    """``path`` with the home directory as ~ and, when still long, only its last parts: "~/src/project"."""
+    path = Path(path)
+    try:
+        text = "~/" + str(path.relative_to(Path.home())) if path != Path.home() else "~"
+    except ValueError:
+        text = str(path)
+    if len(text) <= width:
+        return text
+    parts = Path(text).parts
+    while len(parts) > 1 and len("…/" + "/".join(parts)) > width:
+        parts = parts[1:]
+    return "…/" + "/".join(parts)
+
+
 class StatusLine(Horizontal):
     model = reactive("", layout=True)
     state = reactive("", layout=True)
     speed = reactive("", layout=True)
     context = reactive("", layout=True)
+    directory = reactive("", layout=True)
     loading = reactive(False)
 
     def compose(self) -> ComposeResult:
@@ -36,6 +55,7 @@ class StatusLine(Horizontal):
         yield Label(id="status-state")
         yield Label(id="status-speed")
         yield Label(id="status-context")
+        yield Label(id="status-directory")
 
     def watch_model(self, value: str) -> None:
         self.query_one("#status-model", Label).update(value)
@@ -48,6 +68,9 @@ class StatusLine(Horizontal):
 
     def watch_context(self, value: str) -> None:
         self.query_one("#status-context", Label).update(value)
+
+    def watch_directory(self, value: str) -> None:
+        self.query_one("#status-directory", Label).update(value)
 
     def watch_loading(self, value: bool) -> None:
         self.query_one("#status-progress", ProgressBar).display = value

@@ -1,0 +1,61 @@
+"""What the next message will carry: the pending attachments, their token counts and the context left.
+
+Above the input, hidden while nothing is pending; ``assistant.ui.attaching`` keeps it current. The same
+descriptions name the attachments under a sent message."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.text import Text
+from textual.widgets import Static
+
+from assistant.attachments import Attachment
+
+MAX_ROWS = 5  # beyond this the bar says how many more, so the input keeps its place
+
+
+def describe(attachment: Attachment, dropped: bool = False) -> str:
+    """"app.py (12 lines)", "app.py (12 lines, changed: re-read)", "$ pytest -x (exit 1)"."""
+    if attachment.kind == "command":
+        text = f"$ {attachment.name} (exit {attachment.exit_code})"
+    else:
+        lines = len(attachment.content.splitlines())
+        changed = ", changed: re-read" if attachment.changed else ""
+        text = f"{attachment.name} ({lines} line{'s' if lines != 1 else ''}{changed})"
+    return text + (" [dropped]" if dropped else "")
+
+
+def attachment_line(attached: Iterable[tuple[Attachment, bool]]) -> str:
+    """The line under a user's message: each (attachment, dropped) described."""
+    described = [describe(attachment, dropped) for attachment, dropped in attached]
+    return "Attached: " + " · ".join(described) if described else ""
+
+
+class AttachmentBar(Static):
+    """Holds the attachments pending for the next message in ``pending``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.pending: list[Attachment] = []
+        self.display = False
+
+    def show(self, tokens: list[int], left: int, n_ctx: int, exact: bool) -> None:
+        """List ``pending`` with their ``tokens``; ``left``: what the context holds beyond the conversation so
+        far, these attachments and the answer's room (negative: older turns will be left out)."""
+        self.display = bool(self.pending)
+        if not self.pending:
+            return
+        about = "" if exact else "~"
+        text = Text(f"Attached: {about}{sum(tokens):,} tokens · ", style="bold")
+        if left >= 0:
+            text.append(f"{about}{left:,} of {n_ctx:,} context tokens left")
+        else:
+            text.append(f"{about}{-left:,} tokens over the {n_ctx:,}-token context: older turns will be left out",
+                        style="bold red")
+        text.append(" · /drop removes", style="dim")
+        for attachment, count in list(zip(self.pending, tokens))[:MAX_ROWS]:
+            text.append(f"\n  {describe(attachment)}  {about}{count:,} tokens")
+        if len(self.pending) > MAX_ROWS:
+            text.append(f"\n  … and {len(self.pending) - MAX_ROWS} more")
+        self.update(text)
