@@ -168,3 +168,43 @@ def test_attach_a_file_with_at_ask_about_it_and_see_it_again_on_resume(assistant
         assert "Add a push method to @stack.py please" in screen
         terminal.send("C-q")
         terminal.wait_exit()
+
+
+ANSWER = ("Here it is:\n\n```python\nclass Stack:\n    def __init__(self):\n        self.items = []\n\n"
+          "    def push(self, item):\n        self.items.append(item)\n```\n")
+
+
+def test_run_a_command_and_save_a_code_block_after_confirming(assistant_home, demo_set, tmp_path):
+    """`!cmd` asks, runs and attaches its output and exit code; `/save` shows the diff and writes on Enter."""
+    stack = "class Stack:\n    def __init__(self):\n        self.items = []\n"
+    (tmp_path / "stack.py").write_text(stack)
+    store = Store(assistant_home / "conversations.sqlite3")
+    conversation = store.new_conversation()
+    store.add_message(conversation.id, "user", "Add push to the stack")
+    answer = store.add_message(conversation.id, "assistant", "", complete=False)
+    store.update_answer(answer.id, ANSWER, [(0, ANSWER)], None, True)
+    store.close()
+    with Terminal(assistant_home, cwd=tmp_path) as terminal:
+        terminal.wait_for(lambda s: "ready" in status_line(s) and "Add push to the stack" in s, timeout=120)
+        terminal.send("C-b")
+        terminal.send("!echo from-the-shell; exit 3", "Enter")
+        screen = terminal.wait_for(lambda s: "echo from-the-shell" in s and "Run" in s, timeout=10)
+        keep("run-confirm.txt", screen)
+        terminal.send("Enter")  # the Run button has the focus
+        terminal.wait_for(lambda s: "$ echo from-the-shell; exit 3 (exit 3)" in s, timeout=30)
+        terminal.send("/save 1 stack.py", "Enter")
+        screen = terminal.wait_for(lambda s: "+++ b/stack.py" in s and "+    def push(self, item):" in s, timeout=10)
+        keep("save-diff.txt", screen)
+        assert (tmp_path / "stack.py").read_text() == stack, "nothing is written before the user confirms"
+        terminal.send("y")  # the diff has the focus, for scrolling: y writes
+        deadline = time.monotonic() + 10
+        while (tmp_path / "stack.py").read_text() == stack and time.monotonic() < deadline:
+            time.sleep(0.1)
+        terminal.send("What failed?", "Enter")  # the command's output goes with this message
+        terminal.wait_for(lambda s: "tok/s" in status_line(s))
+        terminal.send("C-q")
+        terminal.wait_exit()
+    assert (tmp_path / "stack.py").read_text() == ANSWER.split("```python\n")[1].split("```")[0]
+    store = Store(assistant_home / "conversations.sqlite3")
+    ran = [stored.attachment for stored in store.attachments(conversation.id) if stored.attachment.kind == "command"]
+    assert [(a.name, a.exit_code, a.content) for a in ran] == [("echo from-the-shell; exit 3", 3, "from-the-shell\n")]

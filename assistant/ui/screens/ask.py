@@ -38,7 +38,10 @@ class AskScreen(ModalScreen[str | None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
+    """Returns True once confirmed: its button, or `y` wherever the focus is (in a diff being read, say)."""
+
+    BINDINGS = [Binding("escape,n", "cancel", "Cancel", id="dialog.cancel"),
+                Binding("y", "confirm", "Confirm", id="dialog.confirm")]
 
     def __init__(self, question: str, action: str = "Delete"):
         super().__init__(classes="dialog")
@@ -54,6 +57,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(self.action, variant="error", id="confirm")
                 yield Button("Cancel", id="cancel")
+            yield Label(f"y: {self.action.lower()}, n or Esc: cancel", classes="hint")
 
     def details(self) -> ComposeResult:
         """What goes between the question and the buttons: nothing here."""
@@ -65,6 +69,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
 
 
 class DiffScreen(ConfirmScreen):
