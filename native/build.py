@@ -41,11 +41,13 @@ NATIVE_DIR = Path(__file__).resolve().parent
 KERNEL_SOURCES = NATIVE_DIR / "src"
 PATCHES = NATIVE_DIR / "patches"
 KERNEL_DEST = Path("vendor/llama.cpp/ggml/src/ggml-cpu/assistant")
-TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops")
+TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rpc-server")
 
 # Tools are off for the wheel (it ships only libraries) and switched on afterwards in the same build tree,
-# so the second configure reuses every object and compiles just the three programs.
-CMAKE_ARGS = ["-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF"]
+# so the second configure reuses every object and compiles just these programs.
+# The RPC backend lets a level live on another machine (ggml-rpc-server runs there); RDMA stays off so that
+# every build speaks plain TCP whatever libraries the build machine has.
+CMAKE_ARGS = ["-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
 TOOL_SWITCHES = ("LLAMA_BUILD_TOOLS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_TESTS")
 
 
@@ -182,7 +184,7 @@ def build(root: Path, key: str) -> Path:
     run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--wheel-dir", str(staging),
          "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release"], env=env, logfile=logfile)
 
-    log("building llama-bench, llama-speculative-simple, test-backend-ops")
+    log(f"building {', '.join(TOOLS)}")
     run(["cmake", str(build_dir), *[f"-D{s}=ON" for s in TOOL_SWITCHES]], logfile=logfile)
     run(["cmake", "--build", str(build_dir), "--parallel", jobs, "--target", *TOOLS], logfile=logfile)
     bin_dir = staging / "bin"

@@ -14,12 +14,18 @@ GGUF_MAGIC = b"GGUF"
 class Model(NativeHandle):
     """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, device=None):
+        """``device``: where weights, cache and compute go (``devices.rpc_device``); None is this CPU."""
         self.path = Path(path)
+        self.device = device
         _check_gguf_file(self.path)
         lib = llama()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        if device is not None:
+            self._devices = (ctypes.c_void_p * 2)(device, None)  # NULL-terminated; alive while loading
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p).value
+            params.n_gpu_layers = -1  # every layer on that device
         last_error()
         handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:

@@ -31,14 +31,16 @@ class Pipeline:
     @classmethod
     def load(cls, source, levels: int | None = None, n_ctx: int = 4096, threads: int | None = None,
              draft_length="adaptive", ngram: bool | None = None, confidence: float = DEFAULT_CONFIDENCE,
-             accept=None) -> "Pipeline":
+             accept=None, target_rpc: str | None = None) -> "Pipeline":
         """Load every GGUF once and make one context each.
 
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
         ``ngram`` adds the prompt-lookup drafter below the last model; by default the adaptive policy gets
-        it under two or more models (it costs next to nothing, and the policy keeps it only where it pays).
+        it under two or more models (it costs next to nothing, and the policy keeps it only where it pays);
+        ``target_rpc`` (HOST:PORT of a ggml-rpc-server) puts the target on that machine, the rest stays here.
         """
         from assistant.engine import Model, default_threads
+        from assistant.engine.devices import rpc_device
         from assistant.speculative.vocab import shared_vocab_size
 
         entries = _entries(source)
@@ -53,8 +55,9 @@ class Pipeline:
         threads = threads or default_threads()
         models = []
         try:
-            for _, path in entries:
-                models.append(Model(path))
+            for index, (_, path) in enumerate(entries):
+                remote = index == 0 and target_rpc is not None
+                models.append(Model(path, device=rpc_device(target_rpc) if remote else None))
             n_shared = shared_vocab_size(models)
             chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads)
         except BaseException:
@@ -201,13 +204,15 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int) -> list[Model
     """One context per model, target first, each with the options its place in the chain needs."""
     from assistant.engine import Context
 
-    geometry = roles_and_models[0][1].attention_geometry()
+    target = roles_and_models[0][1]
+    # a remote target's cache would cross the network to be copied: the drafters then evaluate the prompt
+    geometry = target.attention_geometry() if target.device is None else None
     levels = []
     try:
         for index, (role, model) in enumerate(roles_and_models):
             options = target_context_options() if index == 0 else {"flash_attention": False}
             context = Context(model, n_ctx=n_ctx, threads=threads, **options)
-            shares = index > 0 and model.attention_geometry() == geometry
+            shares = index > 0 and geometry is not None and model.attention_geometry() == geometry
             levels.append(ModelLevel(role, model, context, shares_target_cache=shares))
     except BaseException:
         for level in levels:

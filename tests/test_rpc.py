@@ -1,0 +1,67 @@
+"""The target on another machine: a real ggml-rpc-server (built with our native build) on 127.0.0.1."""
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from assistant.errors import AssistantError
+from assistant.speculative import Pipeline, Sampling, Stats
+from tests.fixtures.serve import free_port
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoint():
+    from assistant.bench.llamacpp import native_bin
+
+    bin_dir = native_bin()
+    port = free_port()
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    # restore_signals=False keeps SIGPIPE ignored: the server writes to clients that may be gone
+    server = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-t", "1"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, restore_signals=False)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "ggml-rpc-server did not start"
+            time.sleep(0.1)
+    yield f"127.0.0.1:{port}"
+    server.kill()
+    server.wait()
+
+
+def answer(pipeline) -> list[int]:
+    tokens = []
+    for event in pipeline.generate(PROMPT, Sampling(), 48):
+        if not isinstance(event, Stats):
+            tokens.append(event.token)
+    return tokens
+
+
+def test_a_remote_target_answers_as_the_local_one_and_as_the_chain_with_it(bench_gguf, rpc_endpoint):
+    """Lossless across the wire: the chain with a remote target answers as that target alone, which answers as
+    the target here (the remote runs ggml's stock CPU kernels on plain buffers; ours run here)."""
+    files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"], bench_gguf["draft_mxfp4"]]
+    with Pipeline.load(files[:1], n_ctx=512) as local:
+        local_alone = answer(local)
+    with Pipeline.load(files[:1], n_ctx=512, target_rpc=rpc_endpoint) as alone:
+        remote_alone = answer(alone)
+        assert alone.target.device is not None
+    with Pipeline.load(files, n_ctx=512, target_rpc=rpc_endpoint) as chain:
+        remote_chain = answer(chain)
+        assert not any(getattr(level, "shares_target_cache", False) for level in chain.levels)  # no cache over the wire
+    assert remote_chain == remote_alone == local_alone and len(remote_alone) == 48
+
+
+def test_an_unreachable_rpc_server_is_a_clear_error(bench_gguf):
+    with pytest.raises(AssistantError, match=r"cannot reach the RPC server at 127\.0\.0\.1:\d+ .*ggml-rpc-server"):
+        Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"127.0.0.1:{free_port()}")
+    with pytest.raises(AssistantError, match="HOST:PORT"):
+        Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc="nowhere")
