@@ -65,3 +65,31 @@ def test_an_unreachable_rpc_server_is_a_clear_error(bench_gguf):
         Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"127.0.0.1:{free_port()}")
     with pytest.raises(AssistantError, match="HOST:PORT"):
         Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc="nowhere")
+
+
+def test_generate_with_a_remote_target(bench_gguf, rpc_endpoint):
+    import json
+    import sys
+
+    chain = ["--target", str(bench_gguf["target_bf16"]), "--draft", str(bench_gguf["target_mxfp4"])]
+    runs = [subprocess.run([sys.executable, "-m", "assistant", "generate", PROMPT, "--raw", *chain, "-n", "24",
+                            "--ctx", "512", "--json", *extra], capture_output=True, text=True, timeout=300)
+            for extra in ([], ["--target-rpc", rpc_endpoint])]
+    assert all(run.returncode == 0 for run in runs), runs[1].stderr[-2000:]
+    here, there = (json.loads(run.stdout) for run in runs)
+    assert here["tokens"] == there["tokens"] and len(there["tokens"]) == 24
+    unreachable = subprocess.run([sys.executable, "-m", "assistant", "generate", PROMPT, *chain, "--target-rpc",
+                                  f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=120)
+    assert unreachable.returncode == 1 and unreachable.stderr.startswith("error: cannot reach the RPC server")
+
+
+def test_serve_with_a_remote_target(server_home, rpc_endpoint):
+    from tests.fixtures.serve import ServerProcess
+    from tests.test_serve import generate
+
+    process = ServerProcess(server_home, "--target-rpc", rpc_endpoint, "--ctx", "2048", api_key=None).wait_ready()
+    try:
+        status, reply = process.post("/v1/completions", {"model": "demo", "prompt": PROMPT, "max_tokens": 24})
+    finally:
+        assert process.stop() == 0
+    assert status == 200 and reply["choices"][0]["text"] == generate(server_home, PROMPT, "--raw", "-n", "24")["text"]

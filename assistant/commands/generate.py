@@ -36,6 +36,9 @@ def add_arguments(parser):
                         help="tokens drafted per verification: a number (every level takes part, each drafting "
                              "that many) or 'adaptive' (default: before each verification the policy picks which "
                              "levels take part and how much each drafts, from measured costs and acceptance)")
+    models.add_argument("--target-rpc", metavar="HOST:PORT", help="run the target on the machine where "
+                        "ggml-rpc-server listens at HOST:PORT (the drafters stay here); the RPC protocol has no "
+                        "authentication: keep it on a trusted network")
     models.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     models.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
     sampling = parser.add_argument_group("sampling")
@@ -67,7 +70,7 @@ def run(args) -> int:
     sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
     draft_length = args.draft_length if args.draft_length == "adaptive" else _positive_int(args.draft_length)
     with Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
-                       draft_length=draft_length, ngram=args.ngram) as pipeline:
+                       draft_length=draft_length, ngram=args.ngram, target_rpc=args.target_rpc) as pipeline:
         if args.raw:
             events = pipeline.generate(prompt, sampling, args.max_tokens, args.stop)
         else:
