@@ -11,7 +11,7 @@ import sys
 from assistant import __version__
 from assistant.errors import AssistantError
 
-COMMANDS = ("chat", "generate", "serve", "convert", "pull", "models", "bench", "doctor")
+COMMANDS = ("chat", "generate", "serve", "convert", "pull", "models", "bench", "doctor", "rpc-server")
 DEFAULT_COMMAND = "chat"
 
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assistant {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(f"assistant.commands.{name}")
+        module = importlib.import_module(f"assistant.commands.{name.replace('-', '_')}")
         command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(handler=module.run)

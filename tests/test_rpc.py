@@ -93,3 +93,39 @@ def test_serve_with_a_remote_target(server_home, rpc_endpoint):
     finally:
         assert process.stop() == 0
     assert status == 200 and reply["choices"][0]["text"] == generate(server_home, PROMPT, "--raw", "-n", "24")["text"]
+
+
+def rpc_server(*args, timeout=30):
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "assistant", "rpc-server", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_rpc_server_listens_on_loopback_unless_allowed_and_serves_generate(bench_gguf):
+    import sys
+
+    refused = rpc_server("--host", "0.0.0.0")
+    assert refused.returncode == 1 and "--allow-network" in refused.stderr and "authentication" in refused.stderr
+    assert rpc_server("--host", "example.org").stderr.startswith("error: --host 'example.org': ggml-rpc-server needs an IPv4")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "assistant", "rpc-server", "--port", str(port), "--threads", "1"],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr.readline().startswith("WARNING: the RPC protocol has no authentication")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        done = subprocess.run([sys.executable, "-m", "assistant", "generate", PROMPT, "--raw", "--target",
+                               str(bench_gguf["target_bf16"]), "-n", "8", "--ctx", "256", "--target-rpc",
+                               f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stdout.strip(), done.stderr[-1000:]
+    finally:
+        server.kill()
+        server.wait()
+        server.stderr.close()
