@@ -15,6 +15,16 @@ COMMANDS = ("chat", "generate", "serve", "convert", "pull", "models", "bench", "
 DEFAULT_COMMAND = "chat"
 
 
+class CommandListFormatter(argparse.HelpFormatter):
+    """argparse measures the command names without their indentation, so the longest (rpc-server) would have
+    its description pushed to the next line: count the indentation in."""
+
+    def add_argument(self, action):
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += self._indent_increment
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="assistant",
@@ -22,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         "multi-level speculative decoding (small draft -> MXFP4 copy -> BF16 target). "
         "Bare `assistant` opens the chat.",
         epilog="Run `assistant COMMAND --help` for the options of one command.",
+        formatter_class=CommandListFormatter,
     )
     parser.add_argument("--version", action="version", version=f"assistant {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,6 +1,5 @@
 """The target on another machine: a real ggml-rpc-server (built with our native build) on 127.0.0.1."""
 
-import os
 import socket
 import subprocess
 import time
@@ -14,24 +13,26 @@ from tests.fixtures.serve import free_port
 PROMPT = "def fibonacci(n):\n    if n < 2:"
 
 
-@pytest.fixture(scope="module")
-def rpc_endpoint():
-    from assistant.bench.llamacpp import native_bin
+def start_rpc_server(port: int, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    """`assistant rpc-server` (it becomes ggml-rpc-server: this pid is the server's), once it accepts."""
+    import sys
 
-    bin_dir = native_bin()
-    port = free_port()
-    env = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    # restore_signals=False keeps SIGPIPE ignored: the server writes to clients that may be gone
-    server = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-t", "1"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, restore_signals=False)
+    server = subprocess.Popen([sys.executable, "-m", "assistant", "rpc-server", "--port", str(port), "--threads", "1"],
+                              stdout=subprocess.DEVNULL, stderr=stderr, text=True)
     deadline = time.monotonic() + 30
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return server
         except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "ggml-rpc-server did not start"
+            assert server.poll() is None and time.monotonic() < deadline, "the RPC server did not start"
             time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoint():
+    port = free_port()
+    server = start_rpc_server(port)
     yield f"127.0.0.1:{port}"
     server.kill()
     server.wait()
@@ -109,18 +110,9 @@ def test_rpc_server_listens_on_loopback_unless_allowed_and_serves_generate(bench
     assert refused.returncode == 1 and "--allow-network" in refused.stderr and "authentication" in refused.stderr
     assert rpc_server("--host", "example.org").stderr.startswith("error: --host 'example.org': ggml-rpc-server needs an IPv4")
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "assistant", "rpc-server", "--port", str(port), "--threads", "1"],
-                              stderr=subprocess.PIPE, text=True)
+    server = start_rpc_server(port, stderr=subprocess.PIPE)  # only its first lines are read
     try:
         assert server.stderr.readline().startswith("WARNING: the RPC protocol has no authentication")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
         done = subprocess.run([sys.executable, "-m", "assistant", "generate", PROMPT, "--raw", "--target",
                                str(bench_gguf["target_bf16"]), "-n", "8", "--ctx", "256", "--target-rpc",
                                f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=300)
