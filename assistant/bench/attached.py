@@ -8,16 +8,14 @@ free. A real instruction model asked to edit a file repeats it the same way."""
 
 from __future__ import annotations
 
-import math
-import statistics
-import time
 from pathlib import Path
 
+from assistant.bench import pairs
+from assistant.bench.summary import geomean
 from assistant.errors import AssistantError
 
 PACKAGE = Path(__file__).resolve().parents[1]
 HEAD_LINES = 12  # the start of the file given in the request; the model goes on from there
-REPEATS = 3  # runs per prompt and pipeline, alternating; the medians are compared
 SIZE_RANGE = (2000, 6000)  # bytes: files long enough to copy from, short enough for a 4096-token context
 
 
@@ -42,45 +40,26 @@ def edit_prompts(count: int) -> list[dict]:
 
 
 def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=print) -> dict:
-    from assistant.speculative import Pipeline, Sampling, Stats
+    from assistant.speculative import Pipeline
 
     with Pipeline.load(model_set, threads=threads, ngram=True) as with_ngram, \
             Pipeline.load(model_set, threads=threads, ngram=False) as without:
         if len(with_ngram.roles) == len(without.roles):
             raise AssistantError(f"model set {model_set.name!r}: the n-gram level did not join the chain")
-
-        def answer(pipeline, messages):
-            began, tokens = time.perf_counter(), []
-            for event in pipeline.chat(messages, Sampling(), max_tokens):
-                if isinstance(event, Stats):
-                    return time.perf_counter() - began, tokens, event
-                tokens.append(event.token)
-
-        for pipeline in (with_ngram, without):
-            answer(pipeline, prompts[0]["messages"])  # warm: the policy has measured every level
+        ways = {"with": lambda messages: pairs.answer_in_process(with_ngram, messages, max_tokens),
+                "without": lambda messages: pairs.answer_in_process(without, messages, max_tokens)}
         rows = []
-        for index, prompt in enumerate(prompts):
-            order = [("with", with_ngram), ("without", without)]
-            seconds = {"with": [], "without": []}
-            for repeat in range(REPEATS):  # alternating which goes first
-                for name, pipeline in (order if (index + repeat) % 2 == 0 else order[::-1]):
-                    elapsed, tokens, stats = answer(pipeline, prompt["messages"])
-                    seconds[name].append(elapsed)
-                    if name == "with":
-                        with_tokens, ngram, prompt_tokens = tokens, stats.levels[-1], stats.prompt_tokens
-                    else:
-                        without_tokens = tokens
-            if with_tokens != without_tokens:
-                raise AssistantError(f"prompt {prompt['id']}: the answers with and without the n-gram level differ")
-            count = len(with_tokens)
-            row = {"id": prompt["id"], "tokens": count, "prompt_tokens": prompt_tokens,
-                   "with_tps": count / statistics.median(seconds["with"]),
-                   "without_tps": count / statistics.median(seconds["without"]),
+        for prompt, runs in pairs.alternate(prompts, ways):
+            last = runs["with"][-1].stats
+            ngram = last.levels[-1]
+            row = {"id": prompt["id"], "tokens": last.new_tokens, "prompt_tokens": last.prompt_tokens,
+                   "with_tps": pairs.tokens_per_second(runs["with"]),
+                   "without_tps": pairs.tokens_per_second(runs["without"]),
                    "ngram_proposed": ngram.proposed, "ngram_accepted": ngram.accepted}
             rows.append(row)
-            say(f"  {prompt['id']}: {count} tokens, with the n-gram level {row['with_tps']:.1f} tokens/s (its last "
-                f"run: {ngram.proposed} proposed, {ngram.accepted} accepted), without {row['without_tps']:.1f} "
-                f"(medians of {REPEATS})")
-    ratio = math.exp(sum(math.log(row["with_tps"] / row["without_tps"]) for row in rows) / len(rows))
-    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": REPEATS, "rows": rows,
-            "with_over_without": ratio, "roles_with": with_ngram.roles, "roles_without": without.roles}
+            say(f"  {prompt['id']}: {row['tokens']} tokens, with the n-gram level {row['with_tps']:.1f} tokens/s "
+                f"(its last run: {ngram.proposed} proposed, {ngram.accepted} accepted), without "
+                f"{row['without_tps']:.1f} (medians of {pairs.REPEATS})")
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": pairs.REPEATS,
+            "rows": rows, "with_over_without": geomean([row["with_tps"] / row["without_tps"] for row in rows]),
+            "roles_with": with_ngram.roles, "roles_without": without.roles}

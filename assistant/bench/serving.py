@@ -12,59 +12,39 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
-import statistics
 import threading
 import time
 
+from assistant.bench import pairs
+from assistant.bench.summary import geomean
 from assistant.errors import AssistantError
-
-REPEATS = 3  # runs per prompt and method: a toy model's answer takes a fraction of a second
 
 
 def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=print) -> dict:
-    from assistant.speculative import Pipeline, Sampling, Stats
+    from assistant.speculative import Pipeline
 
     pipeline = Pipeline.load(model_set, threads=threads)
     server, port = _serve(pipeline, model_set.name)
     try:
-        def direct(messages):
-            began, pieces = time.perf_counter(), []
-            for event in pipeline.chat(messages, Sampling(), max_tokens):
-                if isinstance(event, Stats):
-                    return time.perf_counter() - began, "".join(pieces), event.new_tokens, event.seconds
-                pieces.append(event.text)
-
-        def served(messages):
-            return _stream(port, model_set.name, messages, max_tokens)
-
-        direct(prompts[0]["messages"]), served(prompts[0]["messages"])  # warm both
+        ways = {"direct": lambda messages: pairs.answer_in_process(pipeline, messages, max_tokens),
+                "served": lambda messages: _stream(port, model_set.name, messages, max_tokens)}
         rows = []
-        for index, prompt in enumerate(prompts):
-            runs = {"direct": [], "served": []}
-            for repeat in range(REPEATS):  # alternating which goes first
-                order = (direct, served) if (index + repeat) % 2 == 0 else (served, direct)
-                results = {method.__name__: method(prompt["messages"]) for method in order}
-                if results["served"][1:3] != results["direct"][1:3]:
-                    raise AssistantError(f"prompt {prompt['id']}: the server's answer differs from the direct one")
-                for name, result in results.items():
-                    runs[name].append(result)
-            tokens = results["direct"][2]
-            wall = {name: statistics.median(run[0] for run in runs[name]) for name in runs}
-            row = {"id": prompt["id"], "tokens": tokens, "direct_tps": tokens / wall["direct"],
-                   "served_tps": tokens / wall["served"],
-                   "served_generation_share": sum(run[3] for run in runs["served"]) / sum(run[0] for run in runs["served"])}
+        for prompt, runs in pairs.alternate(prompts, ways):
+            served = runs["served"]
+            row = {"id": prompt["id"], "tokens": served[0].tokens,
+                   "direct_tps": pairs.tokens_per_second(runs["direct"]),
+                   "served_tps": pairs.tokens_per_second(served),
+                   "served_generation_share": sum(run.stats for run in served) / sum(run.seconds for run in served)}
             rows.append(row)
-            say(f"  {prompt['id']}: {tokens} tokens, direct {row['direct_tps']:.1f} tokens/s, served "
-                f"{row['served_tps']:.1f} tokens/s (medians of {REPEATS}); generation "
+            say(f"  {prompt['id']}: {row['tokens']} tokens, direct {row['direct_tps']:.1f} tokens/s, served "
+                f"{row['served_tps']:.1f} tokens/s (medians of {pairs.REPEATS}); generation "
                 f"{row['served_generation_share']:.1%} of the served time")
     finally:
         server.should_exit = True
         server.thread.join(30)
         server.generations.stop()  # its thread closes the pipeline
-    ratio = math.exp(sum(math.log(row["served_tps"] / row["direct_tps"]) for row in rows) / len(rows))
-    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": REPEATS,
-            "rows": rows, "served_over_direct": ratio}
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": pairs.REPEATS,
+            "rows": rows, "served_over_direct": geomean([row["served_tps"] / row["direct_tps"] for row in rows])}
 
 
 def _serve(pipeline, name: str):
@@ -92,9 +72,8 @@ def _serve(pipeline, name: str):
     return server, port
 
 
-def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> tuple[float, str, int, float]:
-    """Seconds, text, completion tokens and the server's own generation seconds of one streamed chat
-    completion, read as a client would."""
+def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> pairs.Run:
+    """One streamed chat completion read as a client would; its ``stats`` is the server's own generation time."""
     began = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -118,4 +97,4 @@ def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> tup
             pieces.append(choice["delta"].get("content", ""))
     seconds = time.perf_counter() - began
     connection.close()
-    return seconds, "".join(pieces), tokens, generation
+    return pairs.Run(seconds, "".join(pieces), tokens, stats=generation)
