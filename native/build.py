@@ -49,6 +49,7 @@ TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rp
 # every build speaks plain TCP whatever libraries the build machine has.
 CMAKE_ARGS = ["-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
 TOOL_SWITCHES = ("LLAMA_BUILD_TOOLS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_TESTS")
+MARKER = "assistant-native-key"  # written beside the installed llama_cpp package: which build it came from
 
 
 def cache_root() -> Path:
@@ -223,24 +224,36 @@ def wheel_in(directory: Path) -> Path:
     return next(directory.glob("llama_cpp_python-*.whl"))
 
 
-def install(directory: Path) -> None:
-    """Install the wheel into the running interpreter unless this exact build is already there."""
-    marker_name = "assistant-native-key"
+def installed_key() -> str | None:
+    """The key of the build whose wheel is installed in this interpreter (``install`` leaves it beside it)."""
     try:
         import llama_cpp  # noqa: F401  (only to find where it lives)
-
-        marker = Path(llama_cpp.__file__).parent / marker_name
-        if marker.exists() and marker.read_text() == directory.name:
-            return
     except ImportError:
-        pass
+        return None
+    marker = Path(llama_cpp.__file__).parent / MARKER
+    return marker.read_text().strip() if marker.exists() else None
+
+
+def tools_dir() -> Path:
+    """bin/ (llama.cpp's programs and their libraries) of the installed build, else of the build of the
+    current inputs, made if missing."""
+    key = installed_key()
+    if key and (cache_root() / key / "bin").is_dir():
+        return cache_root() / key / "bin"
+    return ensure_built() / "bin"
+
+
+def install(directory: Path) -> None:
+    """Install the wheel into the running interpreter unless this exact build is already there."""
+    if installed_key() == directory.name:
+        return
     log(f"installing {wheel_in(directory).name}")
     run([sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
          str(wheel_in(directory))])
     run([sys.executable, "-m", "pip", "install", "--quiet", "numpy", "typing-extensions", "diskcache", "jinja2"])
     out = subprocess.run([sys.executable, "-c", "import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))"],
                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(out) / marker_name).write_text(directory.name)
+    (Path(out) / MARKER).write_text(directory.name)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import pytest
 from assistant.bench import llamacpp, runner, summary
 from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 from assistant.cli import main
+from native import build
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_pair = pytest.mark.skipif(not DEFAULT_PROMPTS.is_file(), reason="needs ../shared/bench/prompts.jsonl")
@@ -70,7 +71,7 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
         prompt = apply_chat_template(pipeline.target, messages)
         events = list(pipeline.chat(messages, max_tokens=24))
     ours = "".join(e.text for e in events if not isinstance(e, Stats))
-    result = llamacpp.run(llamacpp.native_bin(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
+    result = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
     assert result.drafted > 0 and 0 < result.accepted <= result.drafted
     assert result.seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
     assert result.text.startswith(ours) and len(ours) > 0

@@ -50,24 +50,6 @@ class SpeculativeRun:
         }
 
 
-def native_bin() -> Path:
-    """bin/ of the build our pipelines run on: the one the installed llama_cpp came from (native/build.py
-    leaves its key beside the package), else the build of the current native sources (made if missing)."""
-    from native import build
-
-    try:
-        import llama_cpp
-
-        marker = Path(llama_cpp.__file__).parent / "assistant-native-key"
-        if marker.exists():
-            candidate = build.cache_root() / marker.read_text().strip() / "bin"
-            if (candidate / PROGRAM).exists():
-                return candidate
-    except ImportError:
-        pass
-    return Path(build.ensure_built()) / "bin"
-
-
 def run(bin_dir: Path, target: Path, draft: Path, prompt: str, max_tokens: int, draft_length: int,
         threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900) -> SpeculativeRun:
     command = [

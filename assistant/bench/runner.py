@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistant.bench import llamacpp
+from native import build
 from assistant.bench.pipelines import BASELINE, LLAMA_CPP, PipelineSpec
 from assistant.bench.progress import Progress
 from assistant.errors import AssistantError
@@ -109,7 +110,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
 
         sweep, best = [], None
         if settings.llama_cpp:
-            bin_dir = llamacpp.native_bin()
+            bin_dir = build.tools_dir()
             sweep = _sweep(bin_dir, workload, prompt_texts, settings, progress)
             best = max(sweep, key=lambda row: row["tokens_per_second"])
 

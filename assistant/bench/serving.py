@@ -51,14 +51,14 @@ def _serve(pipeline, name: str):
     """The server app over ``pipeline``, listening on a free loopback port, in a thread."""
     import uvicorn
 
-    from assistant.commands.serve import _listen
+    from assistant.commands.serve import listen
     from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
     from assistant.serve.prompts import prompt_tokens
 
     generations = Generations(lambda: pipeline, prompt_tokens, max_waiting=1)
     server = uvicorn.Server(uvicorn.Config(create_app(generations, name, pipeline.n_ctx), log_level="warning"))
-    listener = _listen("127.0.0.1", 0)
+    listener = listen("127.0.0.1", 0)
     server.generations = generations
     server.thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     generations.start()

@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from assistant.bench.llamacpp import native_bin
+    from native import build
 
     host = "127.0.0.1" if args.host == "localhost" else args.host
     try:
@@ -43,7 +43,7 @@ def run(args) -> int:
                              "add --allow-network if that network is trusted")
     if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
         raise AssistantError("--port must be 1-65535 and --threads 1 or more")
-    bin_dir = native_bin()
+    bin_dir = build.tools_dir()
     program = bin_dir / "ggml-rpc-server"
     if not program.exists():
         raise AssistantError(f"{program}: not built (run `make setup` or native/build.py)")

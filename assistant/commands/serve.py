@@ -55,7 +55,7 @@ def run(args) -> int:
     if args.queue < 0 or args.ctx < 16 or args.max_body < 1:
         raise AssistantError("--queue must be 0 or more, --ctx at least 16 and --max-body at least 1 MiB")
     api_key = args.api_key or os.environ.get(KEY_VARIABLE) or None
-    listener = _listen(args.host, args.port)  # a taken port fails here, before minutes of loading
+    listener = listen(args.host, args.port)  # a taken port fails here, before minutes of loading
     try:
         model_set = model_set_or_demo(args.model_set, say=_say)
     except modelsets.ModelSetError as error:
@@ -109,7 +109,7 @@ def _server(config, generations):
     return Server(config)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         listener = socket.socket(family, socket.SOCK_STREAM)

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from assistant.serve import protocol
+from assistant.speculative.events import Stats
 from assistant.serve.generations import DONE, Generations, QueueFull, Started
 from assistant.serve.protocol import ApiError
 
@@ -251,7 +252,7 @@ class Answer:
             self.done = True
         elif isinstance(event, ApiError):
             self.error = event
-        elif hasattr(event, "new_tokens"):  # the Stats record
+        elif isinstance(event, Stats):
             self.stats = event
             if event.stop_reason == "cancelled":  # only a client still listening sees this: we are stopping
                 self.error = ApiError(503, "the answer was cut short: the server is shutting down", code="shutdown")
