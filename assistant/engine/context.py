@@ -185,6 +185,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     count = min(len(a), len(b))
     if count == 0:
         return 0
+    if a[:count] == b[:count]:  # the usual case (a cache behind its sequence), and 4x cheaper than numpy's
+        return count
     left = np.asarray(a[:count], dtype=np.int64)
     right = np.asarray(b[:count], dtype=np.int64)
     differ = np.flatnonzero(left != right)
