@@ -160,18 +160,19 @@ class Generations:
         from assistant.speculative import Sampling
 
         request, pipeline = job.request, self.pipeline
+        param = "messages" if request.messages is not None else "prompt"  # where a prompt error points
         try:
             try:
                 prompt = self._make_prompt(pipeline, request)
             except AssistantError as error:
-                raise ApiError(400, str(error), "messages" if request.messages is not None else "prompt") from None
+                raise ApiError(400, str(error), param) from None
             room = pipeline.n_ctx - len(prompt)
             max_tokens = request.max_tokens if request.max_tokens is not None else room
             if room < 1 or max_tokens > room:
                 raise ApiError(
                     400, f"the context holds {pipeline.n_ctx} tokens, but the prompt has {len(prompt)} and "
                     f"{max_tokens} more were asked for: shorten the prompt or ask for fewer tokens",
-                    "messages" if request.messages is not None else "prompt", "context_length_exceeded")
+                    param, "context_length_exceeded")
             temperature = self.default_temperature if request.temperature is None else request.temperature
             sampling = Sampling(temperature, request.top_k, request.top_p, request.seed)
             job.emit(Started(len(prompt)))
