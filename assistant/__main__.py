@@ -1,3 +1,4 @@
 from assistant.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # a spawned worker process imports this module again: it must not run the CLI
+    raise SystemExit(main())

@@ -51,8 +51,17 @@ def with_default_command(argv: list[str]) -> list[str]:
     return argv
 
 
+REMOTE_WORKER_FLAG = "--remote-target-worker"  # how a frozen app, which has no `python -m`, starts that worker
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = with_default_command(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == [REMOTE_WORKER_FLAG]:  # a frozen app starting its remote-target worker (engine/remote.py)
+        from assistant.engine.remote import work
+
+        work()
+        return 0
+    argv = with_default_command(argv)
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -38,6 +38,7 @@ class Level:
 class ModelSet:
     name: str
     levels: list[Level] = field(default_factory=list)
+    target_rpc: str | None = None  # HOST:PORT of a ggml-rpc-server that runs the target; None: this machine
 
     @property
     def target(self) -> Level:
@@ -50,7 +51,7 @@ class ModelSet:
         """The chain cut to its first ``count`` levels (1 = the target alone)."""
         if not 1 <= count <= len(self.levels):
             raise ModelSetError(f"model set {self.name!r} has {len(self.levels)} levels, not {count}")
-        return ModelSet(self.name, self.levels[:count])
+        return ModelSet(self.name, self.levels[:count], self.target_rpc)
 
 
 def registry_path(models_dir: Path | None = None) -> Path:
@@ -96,7 +97,8 @@ def list_sets(models_dir: Path | None = None) -> tuple[list[ModelSet], str | Non
     models_dir = models_dir or home.models_dir()
     data = _read(models_dir)
     sets = [
-        ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"])) for lv in entry["levels"]])
+        ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"])) for lv in entry["levels"]],
+                 entry.get("target_rpc"))
         for name, entry in data["sets"].items()
     ]
     return sets, data["default"]
@@ -121,11 +123,14 @@ def register(name: str, levels: list[Level], make_default: bool = False, models_
         raise ModelSetError(f"model set {name!r} needs at least one level")
     models_dir = models_dir or home.models_dir()
     data = _read(models_dir)
+    remote = data["sets"].get(name, {}).get("target_rpc")  # where the target runs is the machine's, kept
     data["sets"][name] = {"levels": [{"role": lv.role, "path": _store(models_dir, lv.path)} for lv in levels]}
+    if remote:
+        data["sets"][name]["target_rpc"] = remote
     if make_default or data["default"] is None:
         data["default"] = name
     _write(models_dir, data)
-    return ModelSet(name, list(levels))
+    return ModelSet(name, list(levels), remote)
 
 
 def remove(name: str, delete_files: bool = False, models_dir: Path | None = None) -> ModelSet:
@@ -154,6 +159,21 @@ def deletable_files(model_set: ModelSet, models_dir: Path | None = None) -> list
         if path.exists() and path not in others and path.is_relative_to(models_dir) and path not in files:
             files.append(path)
     return files
+
+
+def set_target_rpc(name: str, endpoint: str | None, models_dir: Path | None = None) -> None:
+    """Run the set's target on the ggml-rpc-server at ``endpoint`` (HOST:PORT), or here again (None)."""
+    from assistant.engine.devices import split_endpoint
+
+    models_dir = models_dir or home.models_dir()
+    get(name, models_dir)
+    if endpoint is not None:
+        split_endpoint(endpoint)
+    data = _read(models_dir)
+    data["sets"][name].pop("target_rpc", None)
+    if endpoint is not None:
+        data["sets"][name]["target_rpc"] = endpoint
+    _write(models_dir, data)
 
 
 def set_default(name: str, models_dir: Path | None = None) -> None:

@@ -208,3 +208,44 @@ def test_run_a_command_and_save_a_code_block_after_confirming(assistant_home, de
     store = Store(assistant_home / "conversations.sqlite3")
     ran = [stored.attachment for stored in store.attachments(conversation.id) if stored.attachment.kind == "command"]
     assert [(a.name, a.exit_code, a.content) for a in ran] == [("echo from-the-shell; exit 3", 3, "from-the-shell\n")]
+
+
+def test_the_remote_target_killed_mid_answer(assistant_home, demo_set):
+    """The set's target on a real `assistant rpc-server`, killed mid-answer: the chat keeps the answer so far (on
+    screen and saved), says what happened, says so again while the server is down, and answers once it is back."""
+    from assistant import modelsets
+    from tests.fixtures.serve import free_port
+    from tests.test_rpc import start_rpc_server
+
+    port = free_port()
+    server = start_rpc_server(port)
+    modelsets.set_target_rpc("demo", f"127.0.0.1:{port}")
+    save(ChatSettings(max_tokens=3000, speculation_view=True))
+    try:
+        with Terminal(assistant_home, width=100, height=40) as terminal:
+            screen = terminal.wait_for(lambda s: "ready" in status_line(s), timeout=120)
+            assert f"target@127.0.0.1:{port}" in status_line(screen)
+            terminal.send("C-b")
+            terminal.send("def fibonacci(n):", "C-j", "    if n < 2:", "Enter")
+            terminal.wait_for(lambda s: len(answer_lines(s)) >= 3, timeout=120)
+            server.kill()
+            server.wait()
+            screen = terminal.wait_for(lambda s: "dropped the connection" in s and "ready" in status_line(s), timeout=60)
+            keep("remote-target-lost.txt", screen)
+            assert "the answer so far is kept" in screen.replace("\n", " ")
+            terminal.send("def add(a, b):", "Enter")
+            terminal.wait_for(lambda s: "cannot reach the RPC server" in s and "ready" in status_line(s), timeout=60)
+            server = start_rpc_server(port)
+            terminal.send("def mul(a, b):", "Enter")
+            terminal.wait_for(lambda s: "tok/s" in status_line(s) and "def mul(a, b):" in s, timeout=120)
+            terminal.send("C-q")
+            terminal.wait_exit()
+    finally:
+        server.kill()
+        server.wait()
+    store = Store(assistant_home / "conversations.sqlite3")
+    (conversation,) = store.conversations()
+    roles = [(message.role, message.complete) for message in store.messages(conversation.id)]
+    cut = store.messages(conversation.id)[1]
+    assert roles[:3] == [("user", True), ("assistant", False), ("error", True)] and cut.content.strip()
+    assert [role for role, _ in roles[3:]] == ["user", "error", "user", "assistant"] and roles[-1][1]

@@ -1,13 +1,16 @@
 """The target on another machine: a real ggml-rpc-server (built with our native build) on 127.0.0.1."""
 
+import contextlib
 import socket
+import struct
 import subprocess
 import time
 
 import pytest
 
+from assistant.engine import remote
 from assistant.errors import AssistantError
-from assistant.speculative import Pipeline, Sampling, Stats
+from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
 from tests.fixtures.serve import free_port
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
@@ -54,7 +57,7 @@ def test_a_remote_target_answers_as_the_local_one_and_as_the_chain_with_it(bench
         local_alone = answer(local)
     with Pipeline.load(files[:1], n_ctx=512, target_rpc=rpc_endpoint) as alone:
         remote_alone = answer(alone)
-        assert alone.target.device is not None
+        assert alone.levels[0].context.endpoint == rpc_endpoint
     with Pipeline.load(files, n_ctx=512, target_rpc=rpc_endpoint) as chain:
         remote_chain = answer(chain)
         assert not any(getattr(level, "shares_target_cache", False) for level in chain.levels)  # no cache over the wire
@@ -121,3 +124,111 @@ def test_rpc_server_listens_on_loopback_unless_allowed_and_serves_generate(bench
         server.kill()
         server.wait()
         server.stderr.close()
+
+
+def test_the_handshake_speaks_the_protocol_llama_cpp_was_built_with(rpc_endpoint):
+    import re
+    from pathlib import Path
+
+    import llama_cpp
+
+    header = (Path(llama_cpp.__file__).resolve().parent.parent / "include" / "ggml-rpc.h").read_text()
+    versions = dict(re.findall(r"#define RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION\s+(\d+)", header))
+    assert tuple(int(versions[part]) for part in ("MAJOR", "MINOR", "PATCH")) == remote.PROTOCOL
+    assert remote.probe(rpc_endpoint) == remote.PROTOCOL
+
+
+@contextlib.contextmanager
+def fake_server(reply: bytes | None):
+    """A TCP server that reads the handshake, then sends ``reply`` and closes (None: says nothing, stays open)."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve():
+        connection, _ = listener.accept()
+        connection.recv(64)
+        if reply is None:
+            held.append(connection)
+            return
+        connection.sendall(reply)
+        connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield "127.0.0.1:%d" % listener.getsockname()[1]
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
+
+
+def test_an_incompatible_silent_or_foreign_server_is_a_clear_error():
+    hello_v6 = struct.pack("<QBBBB", 28, 6, 1, 0, 0) + bytes(24)
+    with fake_server(hello_v6) as endpoint, pytest.raises(AssistantError, match=r"speaks RPC protocol 6\.1\.0 and "
+                                                           r"this build RPC protocol 7\.0\.0: run the same"):
+        remote.probe(endpoint)
+    with fake_server(None) as endpoint, pytest.raises(AssistantError, match="did not answer within 0.5 s: it serves "
+                                                       "one client at a time"):
+        remote.probe(endpoint, timeout=0.5)
+    with fake_server(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as endpoint, pytest.raises(AssistantError, match="unknown protocol"):
+        remote.probe(endpoint)
+    with fake_server(b"") as endpoint, pytest.raises(AssistantError, match="closed the connection during the handshake"):
+        remote.probe(endpoint)
+
+
+def test_a_busy_server_is_a_clear_error(bench_gguf, rpc_endpoint):
+    target = [bench_gguf["target_bf16"]]
+    with Pipeline.load(target, n_ctx=256, target_rpc=rpc_endpoint):
+        with pytest.raises(AssistantError, match="did not answer within 5 s: it serves one client at a time"):
+            Pipeline.load(target, n_ctx=256, target_rpc=rpc_endpoint)
+
+
+def test_a_server_killed_mid_answer_keeps_the_answer_so_far_and_the_next_answer_reconnects(bench_gguf):
+    """Killing ggml-rpc-server mid-answer: the tokens already out stay out, a clear error follows (ggml would abort
+    the process: the remote model runs in a worker), and once the server is back the same pipeline answers again."""
+    port = free_port()
+    server = start_rpc_server(port)
+    files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
+    with Pipeline.load(files, n_ctx=512, target_rpc=f"127.0.0.1:{port}") as pipeline:
+        whole = answer(pipeline)
+        said = []
+        with pytest.raises(remote.RemoteTargetLost, match=r"the target's RPC server at 127\.0\.0\.1:\d+ dropped the "
+                           r"connection while verifying \(.*\); the answer so far is kept"):
+            for event in pipeline.generate(PROMPT, Sampling(), 48):
+                said += [event.token] if isinstance(event, TokenEvent) else []
+                if len(said) >= 4 and server.poll() is None:
+                    server.kill()
+                    server.wait()
+        assert 4 <= len(said) < 48 and said == whole[: len(said)]
+        with pytest.raises(AssistantError, match="cannot reach the RPC server"):
+            answer(pipeline)
+        server = start_rpc_server(port)
+        try:
+            assert answer(pipeline) == whole
+        finally:
+            server.kill()
+            server.wait()
+
+
+def test_a_link_gone_silent_ends_the_answer_at_the_deadline(bench_gguf, rpc_endpoint, monkeypatch):
+    from assistant.bench.relay import Relay
+
+    monkeypatch.setattr(remote, "EVALUATE_SECONDS", 1.0)
+    monkeypatch.setattr(remote, "EVALUATE_SECONDS_PER_TOKEN", 0.0)
+    host, port = rpc_endpoint.split(":")
+    relay = Relay((host, int(port)))
+    try:
+        with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
+            said = []
+            began = time.monotonic()
+            with pytest.raises(remote.RemoteTargetLost, match="did not answer within 1 s while verifying"):
+                for event in pipeline.generate(PROMPT, Sampling(), 48):
+                    said += [event.token] if isinstance(event, TokenEvent) else []
+                    if len(said) == 4:
+                        relay.freeze()
+                        began = time.monotonic()
+            assert len(said) >= 4 and time.monotonic() - began < 10
+    finally:
+        relay.close()  # the server sees the connection end and serves the next client

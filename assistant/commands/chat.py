@@ -12,6 +12,9 @@ def add_arguments(parser) -> None:
                         "else the registry's default); remembered for next time")
     parser.add_argument("--new", action="store_true", help="start a new conversation instead of resuming the last")
     parser.add_argument("--resume", type=int, metavar="ID", help="open the conversation with this id")
+    parser.add_argument("--target-rpc", metavar="HOST:PORT", help="run the target on the machine where "
+                        "`assistant rpc-server` listens (the drafters stay here) for this session; to keep it, see "
+                        "`assistant models remote`. The RPC protocol has no authentication: trusted networks only")
 
 
 def run(args) -> int:
@@ -28,12 +31,16 @@ def run(args) -> int:
         from assistant.demo import model_set_or_demo
 
         model_set_or_demo()
+    if args.target_rpc:
+        from assistant.engine.devices import split_endpoint
+
+        split_endpoint(args.target_rpc)
     store = Store()
     if args.resume is not None:
         store.conversation(args.resume)  # a clear error for an unknown id
 
     from assistant.ui.app import ChatApp
 
-    ChatApp(settings, store, resume=args.resume, resume_latest=not args.new).run()
+    ChatApp(settings, store, resume=args.resume, resume_latest=not args.new, target_rpc=args.target_rpc).run()
     store.close()
     return 0

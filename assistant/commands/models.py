@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-HELP = "list model sets, remove one, or choose the default"
+HELP = "list model sets, remove one, choose the default, or run a set's target on another machine"
 
 
 def add_arguments(parser):
@@ -17,6 +17,14 @@ def add_arguments(parser):
                         help="also delete its GGUF files that no other model set uses")
     default = sub.add_parser("default", help="make NAME the model set used when none is named")
     default.add_argument("name", metavar="NAME")
+    remote = sub.add_parser("remote", help="run NAME's target on another machine (where `assistant rpc-server` "
+                            "runs), the drafters here; `off` brings it back",
+                            description="The BF16 target is the largest level: with `assistant rpc-server` on a "
+                            "machine with the memory for it, this set keeps its MXFP4 copy and small draft here and "
+                            "sends each verification there. The RPC protocol has no authentication: use it only on "
+                            "a network you trust.")
+    remote.add_argument("name", metavar="NAME")
+    remote.add_argument("endpoint", metavar="HOST:PORT|off", help="the ggml-rpc-server's address, or `off`")
 
 
 def run(args) -> int:
@@ -28,6 +36,13 @@ def run(args) -> int:
 
         modelsets.set_default(args.name)
         print(f"{args.name!r} is now the default model set")
+    elif action == "remote":
+        from assistant import modelsets
+
+        endpoint = None if args.endpoint == "off" else args.endpoint
+        modelsets.set_target_rpc(args.name, endpoint)
+        print(f"model set {args.name!r}: the target runs " + (f"on the RPC server at {endpoint}" if endpoint
+                                                                else "on this machine"))
     else:
         list_sets()
     return 0
@@ -51,6 +66,8 @@ def list_sets(out=None) -> None:
         for number, level in enumerate(model_set.levels):
             size = format_size(level.size_bytes) if level.path.exists() else "MISSING"
             print(f"    {number}  {level.role:<7} {size:>9}  {level.path}", file=out)
+        if model_set.target_rpc:
+            print(f"    the target runs on the RPC server at {model_set.target_rpc}", file=out)
 
 
 def remove(name: str, delete_files: bool, out=None) -> None:

@@ -14,14 +14,16 @@ GGUF_MAGIC = b"GGUF"
 class Model(NativeHandle):
     """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
 
-    def __init__(self, path: str | Path, device=None):
-        """``device``: where weights, cache and compute go (``devices.rpc_device``); None is this CPU."""
+    def __init__(self, path: str | Path, device=None, vocab_only: bool = False):
+        """``device``: where weights, cache and compute go (``devices.rpc_device``); None is this CPU.
+        ``vocab_only``: the vocabulary and metadata without the weights (for a model that runs elsewhere)."""
         self.path = Path(path)
         self.device = device
         _check_gguf_file(self.path)
         lib = llama()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        params.vocab_only = vocab_only
         if device is not None:
             self._devices = (ctypes.c_void_p * 2)(device, None)  # NULL-terminated; alive while loading
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p).value

@@ -37,13 +37,14 @@ class Pipeline:
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
         ``ngram`` adds the prompt-lookup drafter below the last model; by default the adaptive policy gets
         it under two or more models (it costs next to nothing, and the policy keeps it only where it pays);
-        ``target_rpc`` (HOST:PORT of a ggml-rpc-server) puts the target on that machine, the rest stays here.
+        ``target_rpc`` (HOST:PORT of a ggml-rpc-server; default: the model set's) puts the target on that
+        machine, the rest stays here.
         """
         from assistant.engine import Model, default_threads
-        from assistant.engine.devices import rpc_device
         from assistant.speculative.vocab import shared_vocab_size
 
         entries = _entries(source)
+        target_rpc = target_rpc or getattr(source, "target_rpc", None)
         if levels is not None:
             if not 1 <= levels <= len(entries):
                 raise AssistantError(f"asked for {levels} levels but the chain has {len(entries)}")
@@ -56,10 +57,10 @@ class Pipeline:
         models = []
         try:
             for index, (_, path) in enumerate(entries):
-                remote = index == 0 and target_rpc is not None
-                models.append(Model(path, device=rpc_device(target_rpc) if remote else None))
+                models.append(Model(path, vocab_only=index == 0 and target_rpc is not None))
             n_shared = shared_vocab_size(models)
-            chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads)
+            chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads,
+                                 target_rpc)
         except BaseException:
             for model in models:
                 model.close()
@@ -200,18 +201,23 @@ def default_ngram(draft_length, models: int) -> bool:
     return draft_length == "adaptive" and models > 1
 
 
-def model_levels(roles_and_models: list, n_ctx: int, threads: int) -> list[ModelLevel]:
-    """One context per model, target first, each with the options its place in the chain needs."""
+def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: str | None = None) -> list[ModelLevel]:
+    """One context per model, target first, each with the options its place in the chain needs; with
+    ``target_rpc`` the target's context lives on that ggml-rpc-server (its model here holds the vocabulary)."""
     from assistant.engine import Context
+    from assistant.engine.remote import RemoteContext
 
     target = roles_and_models[0][1]
     # a remote target's cache would cross the network to be copied: the drafters then evaluate the prompt
-    geometry = target.attention_geometry() if target.device is None else None
+    geometry = target.attention_geometry() if target_rpc is None else None
     levels = []
     try:
         for index, (role, model) in enumerate(roles_and_models):
             options = target_context_options() if index == 0 else {"flash_attention": False}
-            context = Context(model, n_ctx=n_ctx, threads=threads, **options)
+            if index == 0 and target_rpc is not None:
+                context = RemoteContext(model, target_rpc, n_ctx=n_ctx, threads=threads, **options)
+            else:
+                context = Context(model, n_ctx=n_ctx, threads=threads, **options)
             shares = index > 0 and geometry is not None and model.attention_geometry() == geometry
             levels.append(ModelLevel(role, model, context, shares_target_cache=shares))
     except BaseException:

@@ -23,13 +23,15 @@ class ChatApp(App):
     ]
 
     def __init__(self, settings: chat_settings.ChatSettings | None = None, store: Store | None = None,
-                 resume: int | None = None, resume_latest: bool = True, cwd: str | None = None):
+                 resume: int | None = None, resume_latest: bool = True, cwd: str | None = None,
+                 target_rpc: str | None = None):
         super().__init__()
         self.settings = settings or chat_settings.load()
         self.store = store or Store()
         self.resume = resume
         self.resume_latest = resume_latest
         self.cwd = cwd  # where attached paths and commands are relative to; None: the current directory
+        self.target_rpc = target_rpc  # HOST:PORT: every model set's target runs there (else as each set says)
 
     def on_mount(self) -> None:
         self.set_keymap(self.settings.keymap)

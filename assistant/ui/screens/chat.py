@@ -114,9 +114,13 @@ class ChatScreen(Screen):
             self.model_set = None
             self.loader.fail(str(error))
             return
+        if self.app.target_rpc:
+            self.model_set = dataclasses.replace(self.model_set, target_rpc=self.app.target_rpc)
         count = self.settings.level_count(len(self.model_set.levels))
         roles = [level.role for level in self.model_set.levels[:count]]
-        status.model = f"{self.model_set.name} · " + (" ← ".join(roles) if count > 1 else "target only")
+        if self.model_set.target_rpc:
+            roles[0] += f"@{self.model_set.target_rpc}"
+        status.model = f"{self.model_set.name} · " + (" ← ".join(roles) if count > 1 else roles[0] + " only")
         status.state = f"loading {count} level{'s' if count > 1 else ''}…"
         status.speed = status.context = ""
         status.loading = True
