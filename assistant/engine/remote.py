@@ -121,7 +121,8 @@ class RemoteContext:
         self.tokens = []
         size = Path(self.model.path).stat().st_size
         try:
-            self._to_worker.send((str(self.model.path), self.endpoint, n_ctx, threads, options, self._logits_path))
+            self._to_worker.send((str(self.model.path), self.endpoint, n_ctx, threads, options, self._logits_path,
+                                  self._log_path))
             reply = self._reply(LOAD_SECONDS + size / LOAD_BYTES_PER_SECOND, "loading the target there")
         except AssistantError:
             self._stop(kill=True)
@@ -264,7 +265,7 @@ def work() -> None:
     from assistant.engine.model import Model
     from assistant.engine.sequence import TokenSequence
 
-    path, endpoint, n_ctx, threads, options, logits_path = requests.recv()
+    path, endpoint, n_ctx, threads, options, logits_path, log_path = requests.recv()
     try:
         model = Model(path, device=rpc_device(endpoint))
         context = Context(model, n_ctx=n_ctx, threads=threads, **options)
@@ -298,6 +299,7 @@ def work() -> None:
         replies.send(("logits", context.last_batch))
     context.close()
     model.close()
+    Path(log_path).unlink(missing_ok=True)  # an orderly end (the parent may be gone): nothing to read in it
 
 
 if __name__ == "__main__":
