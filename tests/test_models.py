@@ -85,3 +85,18 @@ def test_files_outside_the_models_directory_are_never_deleted(tmp_path, capsys):
     assert models("remove", "mine", "--delete-files") == 0
     assert outside.exists()
     assert "kept" in capsys.readouterr().out
+
+
+def test_a_set_remembers_where_its_target_runs(demo_set, capsys):
+    assert cli.main(["models", "remote", "demo", "192.168.1.20:50052"]) == 0
+    assert "on the RPC server at 192.168.1.20:50052" in capsys.readouterr().out
+    assert modelsets.get("demo").target_rpc == "192.168.1.20:50052"
+    assert modelsets.get("demo").first(1).target_rpc == "192.168.1.20:50052"
+    modelsets.register("demo", demo_set.levels)  # converted again: where the target runs is kept
+    assert modelsets.get("demo").target_rpc == "192.168.1.20:50052"
+    cli.main(["models", "list"])
+    assert "the target runs on the RPC server at 192.168.1.20:50052" in capsys.readouterr().out
+    assert cli.main(["models", "remote", "demo", "nowhere"]) == 1
+    assert "HOST:PORT" in capsys.readouterr().err
+    assert cli.main(["models", "remote", "demo", "off"]) == 0
+    assert modelsets.get("demo").target_rpc is None

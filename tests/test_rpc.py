@@ -69,6 +69,9 @@ def test_an_unreachable_rpc_server_is_a_clear_error(bench_gguf):
         Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"127.0.0.1:{free_port()}")
     with pytest.raises(AssistantError, match="HOST:PORT"):
         Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc="nowhere")
+    from assistant.cli import main
+
+    assert main(["chat", "--target-rpc", "nowhere"]) == 1  # before any screen opens
 
 
 def test_generate_with_a_remote_target(bench_gguf, rpc_endpoint):
@@ -232,3 +235,44 @@ def test_a_link_gone_silent_ends_the_answer_at_the_deadline(bench_gguf, rpc_endp
             assert len(said) >= 4 and time.monotonic() - began < 10
     finally:
         relay.close()  # the server sees the connection end and serves the next client
+
+
+def test_the_relay_delays_counts_and_can_go_silent():
+    """The bench's stand-in for a network: a round trip through it takes the added delay, bytes are counted each
+    way, and once frozen nothing more arrives while the connection stays open."""
+    import threading
+
+    from assistant.bench.relay import Relay
+
+    echo = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        connection, _ = echo.accept()
+        while data := connection.recv(1 << 16):
+            connection.sendall(data * 2)
+
+    threading.Thread(target=serve, daemon=True).start()
+    relay = Relay(echo.getsockname()[:2], delay_ms=30)
+    host, port = relay.endpoint.split(":")
+    try:
+        with socket.create_connection((host, int(port))) as client:
+            began = time.monotonic()
+            client.sendall(b"ping")
+            assert _receive_exactly(client, 8) == b"pingping"
+            assert 0.03 <= time.monotonic() - began < 0.5
+            assert relay.counts() == (4, 8)
+            relay.freeze()
+            client.sendall(b"more")
+            client.settimeout(0.3)
+            with pytest.raises(socket.timeout):
+                client.recv(8)
+    finally:
+        relay.close()
+        echo.close()
+
+
+def _receive_exactly(connection, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        data += connection.recv(count - len(data))
+    return data

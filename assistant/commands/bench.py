@@ -50,6 +50,13 @@ def add_arguments(parser):
                         help="measure the n-gram level instead: prompts that attach one of this package's source "
                              "files and ask for it back, answered with and without the n-gram level, alternating, "
                              "on the default model set; writes attached.json (default 8 prompts, 256 tokens)")
+    parser.add_argument("--remote", action="store_true",
+                        help="measure a remote target instead: ggml-rpc-servers in their own network namespace (as "
+                             "root; else on loopback) hold the default model set's target, a relay adds each "
+                             "--delays round trip; the chain over it against that target alone, alternating, with "
+                             "the bytes each verification round sends; writes remote.json (default 8 prompts)")
+    parser.add_argument("--delays", default="0,2,10", metavar="MS,...",
+                        help="added round-trip times for --remote, in milliseconds (default 0,2,10)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
                              "(default: the packaged demo set, the same trained pair as ../shared/models)")
@@ -98,6 +105,8 @@ def run(args) -> int:
         return _serving(args)
     if args.attached:
         return _attached(args)
+    if args.remote:
+        return _remote(args)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
@@ -161,7 +170,22 @@ def _attached(args) -> int:
                        default_tokens=256)  # an edited file is a long answer
 
 
-def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str, ratio_text: str,
+def _remote(args) -> int:
+    """`--remote`: the chain over a remote target against that target alone, at each added round trip."""
+    from assistant.bench import remote
+
+    try:
+        delays = [float(delay) for delay in args.delays.split(",") if delay.strip()]
+    except ValueError:
+        raise AssistantError(f"--delays: not a list of milliseconds: {args.delays!r}") from None
+    if not delays or min(delays) < 0:
+        raise AssistantError(f"--delays: give one or more round-trip times of 0 ms or more, not {args.delays!r}")
+    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    measure = lambda *rest, say: remote.measure(*rest, delays=delays, say=say)  # noqa: E731
+    return _side_bench(args, "remote target", prompts, measure, "remote.json", None, remote.report)
+
+
+def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str | None, ratio_text,
                 default_tokens: int = 128) -> int:
     """A one-question benchmark on the default model set (the demo set on a fresh machine): run ``measure``,
     write its JSON with the machine beside it, print the geomean ratio it answers with."""
@@ -182,7 +206,10 @@ def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, r
     result["machine"] = machine
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(result, args.out / filename)
-    print(f"{ratio_text} (geomean over {len(prompts)} prompts, identical answers): {result[ratio]:.3f}")
+    if ratio is None:  # ratio_text makes the whole report
+        print(ratio_text(result))
+    else:
+        print(f"{ratio_text} (geomean over {len(prompts)} prompts, identical answers): {result[ratio]:.3f}")
     return 0
 
 

@@ -31,8 +31,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from native import build
-
     host = "127.0.0.1" if args.host == "localhost" else args.host
     try:
         address = ipaddress.IPv4Address(host)
@@ -43,18 +41,26 @@ def run(args) -> int:
                              "add --allow-network if that network is trusted")
     if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
         raise AssistantError("--port must be 1-65535 and --threads 1 or more")
+    command, environment = server_command(host, args.port, args.threads, args.cache)
+    print(WARNING.format(where=f"{host}:{args.port}"), file=sys.stderr, flush=True)
+    print(f"listening on {host}:{args.port}; elsewhere: assistant generate --target-rpc {host}:{args.port} … "
+          "(Ctrl+C stops)", file=sys.stderr, flush=True)
+    # The server replaces this process, so signals reach it directly; SIGPIPE stays ignored across exec as
+    # Python set it (the server writes to clients that may have gone).
+    os.execve(command[0], command, environment)
+    return 1  # not reached
+
+
+def server_command(host: str, port: int, threads: int | None = None, cache: bool = False) -> tuple[list[str], dict]:
+    """ggml-rpc-server's command line and environment (it runs with the libraries built beside it)."""
+    from native import build
+
     bin_dir = build.tools_dir()
     program = bin_dir / "ggml-rpc-server"
     if not program.exists():
         raise AssistantError(f"{program}: not built (run `make setup` or native/build.py)")
-    command = [str(program), "-H", host, "-p", str(args.port)]
-    command += ["-t", str(args.threads)] if args.threads else []
-    command += ["-c"] if args.cache else []
-    print(WARNING.format(where=f"{host}:{args.port}"), file=sys.stderr, flush=True)
-    print(f"listening on {host}:{args.port}; elsewhere: assistant generate --target-rpc {host}:{args.port} … "
-          "(Ctrl+C stops)", file=sys.stderr, flush=True)
-    environment = {**os.environ, "LD_LIBRARY_PATH": f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
-    # The server replaces this process, so signals reach it directly; SIGPIPE stays ignored across exec as
-    # Python set it (the server writes to clients that may have gone).
-    os.execve(str(program), command, environment)
-    return 1  # not reached
+    command = [str(program), "-H", host, "-p", str(port)]
+    command += ["-t", str(threads)] if threads else []
+    command += ["-c"] if cache else []
+    libraries = f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    return command, {**os.environ, "LD_LIBRARY_PATH": libraries}

@@ -1,0 +1,177 @@
+"""`assistant bench --remote`: the target on another machine, with the drafters here, at several network delays.
+
+The other machine is stood in for by ggml-rpc-server processes in their own network namespace, reached over a
+veth pair (where this process may make one: root and `ip`), else on loopback. A ``Relay`` in front of each
+server adds the round-trip delay (``tc netem`` needs a kernel module that containers often lack) and counts
+the bytes each way. The server serves one client at a time, so the two compared pipelines (the remote target
+alone, and the whole chain over it) get a server each. Every answer is checked against the local target's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+from assistant.bench import pairs
+from assistant.bench.relay import Relay
+from assistant.bench.summary import geomean
+from assistant.errors import AssistantError
+
+DELAYS_MS = (0.0, 2.0, 10.0)
+SUBNET = "10.231.0"  # the namespace's /30: this side .1, the stand-in machine .2
+PORT = 50052
+
+
+class RemoteMachine:
+    """``count`` ggml-rpc-servers standing in for one remote machine; ``endpoints`` are where they listen."""
+
+    def __init__(self, count: int, threads: int, say=print):
+        from assistant.commands.rpc_server import server_command
+
+        self.namespace = None
+        self.servers: list[subprocess.Popen] = []
+        prefix, host = [], "127.0.0.1"
+        try:
+            self.namespace = _make_namespace()
+            prefix, host = ["ip", "netns", "exec", self.namespace], f"{SUBNET}.2"
+            self.where = f"network namespace {self.namespace} over a veth pair"
+        except (OSError, subprocess.CalledProcessError) as error:
+            self.where = f"loopback (no network namespace: {error})"
+        say(f"[bench] the remote machine: {self.where}")
+        self.endpoints = []
+        try:
+            for index in range(count):
+                port = PORT + index if self.namespace else _free_port()
+                command, environment = server_command(host, port, threads)
+                self.servers.append(subprocess.Popen(prefix + command, env=environment, stdout=subprocess.DEVNULL,
+                                                     stderr=subprocess.DEVNULL))
+                self.endpoints.append((host, port))
+            for server, endpoint in zip(self.servers, self.endpoints):
+                _wait_listening(server, endpoint)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.kill()
+            server.wait()
+        if self.namespace:
+            subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True)
+            self.namespace = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _make_namespace() -> str:
+    """A network namespace joined to this one by a veth pair; raises where this process may not make one."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        raise OSError("needs root and iproute2")
+    name = f"assistant-bench-{os.getpid()}"
+    here, there = f"asb{os.getpid() % 10**6}h", f"asb{os.getpid() % 10**6}t"
+    steps = [["ip", "netns", "add", name],
+             ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+             ["ip", "link", "set", there, "netns", name],
+             ["ip", "addr", "add", f"{SUBNET}.1/30", "dev", here],
+             ["ip", "link", "set", here, "up"],
+             ["ip", "-n", name, "addr", "add", f"{SUBNET}.2/30", "dev", there],
+             ["ip", "-n", name, "link", "set", there, "up"],
+             ["ip", "-n", name, "link", "set", "lo", "up"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+    except subprocess.CalledProcessError:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)  # takes its end of the pair along
+        raise
+    return name
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_listening(server: subprocess.Popen, endpoint: tuple[str, int], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(endpoint, timeout=1).close()
+            return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssistantError(f"ggml-rpc-server did not start listening on {endpoint[0]}:{endpoint[1]}")
+            time.sleep(0.1)
+
+
+def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, delays=DELAYS_MS, say=print) -> dict:
+    """Per delay: tokens/s of the chain over the remote target and of that target alone, bytes per round."""
+    from assistant.speculative import Pipeline
+
+    with Pipeline.load(model_set.first(1), threads=threads) as local:
+        expected = {prompt["id"]: pairs.answer_in_process(local, prompt["messages"], max_tokens).ids
+                    for prompt in prompts}
+    rows = []
+    with RemoteMachine(2, threads, say) as machine:
+        for delay in delays:
+            relays = {way: Relay(endpoint, delay) for way, endpoint in zip(("chain", "alone"), machine.endpoints)}
+            try:
+                rows.append(_at_delay(model_set, prompts, max_tokens, threads, delay, relays, expected, say))
+            finally:
+                for relay in relays.values():
+                    relay.close()
+        where = machine.where
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": pairs.REPEATS,
+            "remote": where, "rows": rows, "differing_from_local_target": sum(row["differing"] for row in rows)}
+
+
+def _at_delay(model_set, prompts, max_tokens, threads, delay, relays, expected, say) -> dict:
+    from assistant.speculative import Pipeline
+
+    with Pipeline.load(model_set, threads=threads, target_rpc=relays["chain"].endpoint) as chain, \
+            Pipeline.load(model_set.first(1), threads=threads, target_rpc=relays["alone"].endpoint) as alone:
+        pipelines = {"chain": chain, "alone": alone}
+        ways = {way: (lambda messages, p=pipeline: pairs.answer_in_process(p, messages, max_tokens))
+                for way, pipeline in pipelines.items()}
+        before = {way: (relays[way].counts(), pipelines[way].levels[0].context.decode_calls) for way in ways}
+        speeds, differing = {"chain": [], "alone": []}, 0
+        for prompt, runs in pairs.alternate(prompts, ways):
+            differing += runs["alone"][0].ids != expected[prompt["id"]]
+            for way in ways:
+                speeds[way].append(pairs.tokens_per_second(runs[way]))
+        traffic = {}
+        for way, ((sent, received), calls) in before.items():
+            now_sent, now_received = relays[way].counts()
+            rounds = pipelines[way].levels[0].context.decode_calls - calls
+            traffic[way] = {"rounds": rounds, "sent_per_round": (now_sent - sent) / max(rounds, 1),
+                            "received_per_round": (now_received - received) / max(rounds, 1)}
+    row = {"delay_ms": delay, "chain_tps": geomean(speeds["chain"]), "alone_tps": geomean(speeds["alone"]),
+           "differing": differing, "traffic": traffic, "roles": chain.roles}
+    row["chain_over_alone"] = row["chain_tps"] / row["alone_tps"]
+    say(f"  +{delay:g} ms round trip: chain {row['chain_tps']:.1f} tokens/s, remote target alone "
+        f"{row['alone_tps']:.1f} ({row['chain_over_alone']:.2f}x); per verification round "
+        f"{traffic['chain']['sent_per_round'] / 1e3:.0f} kB out, {traffic['chain']['received_per_round'] / 1e3:.0f} kB "
+        f"back (alone: {traffic['alone']['sent_per_round'] / 1e3:.0f} / {traffic['alone']['received_per_round'] / 1e3:.0f})"
+        f"; {differing} prompts differ from the local target")
+    return row
+
+
+def report(result: dict) -> str:
+    lines = [f"Remote target ({result['remote']}), model set {result['model_set']!r}, "
+             f"{result['max_tokens']} tokens, medians of {result['repeats']}, geomean over prompts:", "",
+             "| added round trip | chain tokens/s | remote target alone | chain / alone | kB out per round | "
+             "kB back per round |", "|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        chain = row["traffic"]["chain"]
+        lines.append(f"| {row['delay_ms']:g} ms | {row['chain_tps']:.1f} | {row['alone_tps']:.1f} | "
+                     f"{row['chain_over_alone']:.2f}x | {chain['sent_per_round'] / 1e3:.0f} | "
+                     f"{chain['received_per_round'] / 1e3:.0f} |")
+    lines.append(f"\nAnswers differing from the local target: {result['differing_from_local_target']}")
+    return "\n".join(lines)
