@@ -172,6 +172,9 @@ def test_an_incompatible_silent_or_foreign_server_is_a_clear_error():
     with fake_server(hello_v6) as endpoint, pytest.raises(AssistantError, match=r"speaks RPC protocol 6\.1\.0 and "
                                                            r"this build RPC protocol 7\.0\.0: run the same"):
         remote.probe(endpoint)
+    hello_v7_0_1 = struct.pack("<QBBBB", 28, 7, 0, 1, 0) + bytes(24)  # ggml would accept it; its ops may differ
+    with fake_server(hello_v7_0_1) as endpoint, pytest.raises(AssistantError, match=r"speaks RPC protocol 7\.0\.1"):
+        remote.probe(endpoint)
     with fake_server(None) as endpoint, pytest.raises(AssistantError, match="did not answer within 0.5 s: it serves "
                                                        "one client at a time"):
         remote.probe(endpoint, timeout=0.5)

@@ -64,7 +64,9 @@ def probe(endpoint: str, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, in
         raise AssistantError(f"the RPC server at {endpoint} closed the connection during the handshake "
                              f"({error.strerror or error}): is it a ggml-rpc-server of a compatible build?") from None
     size, major, minor, patch = struct.unpack_from("<QBBB", reply)
-    if size != 4 + CAPABILITIES or major != PROTOCOL[0] or minor > PROTOCOL[1]:
+    # ggml itself accepts any older minor and any patch, but the patch level counts changes to the list of
+    # operations, and a graph whose operation numbers mean other things there would compute something else
+    if size != 4 + CAPABILITIES or (major, minor, patch) != PROTOCOL:
         spoken = f"RPC protocol {major}.{minor}.{patch}" if size == 4 + CAPABILITIES else "an unknown protocol"
         raise AssistantError(f"the RPC server at {endpoint} speaks {spoken} and this build RPC protocol "
                              f"{'.'.join(map(str, PROTOCOL))}: run the same assistant version on both machines")
