@@ -205,10 +205,10 @@ class RemoteContext:
         """A (rows, n_vocab) view of the shared file, grown first where it is too small."""
         size = rows * self.n_vocab * 4
         if self._mapping is None or len(self._mapping) < size:
-            if self._mapping is not None:
-                self._mapping.close()
+            size = max(size, 2 * len(self._mapping or b""))
             with open(self._logits_path, "r+b") as file:
                 file.truncate(size)
+                # the old mapping is not closed: views of it handed out earlier may live on, and keep it open
                 self._mapping = mmap.mmap(file.fileno(), size)
         return np.frombuffer(self._mapping, dtype=np.float32, count=rows * self.n_vocab).reshape(rows, self.n_vocab)
 
@@ -228,9 +228,7 @@ class RemoteContext:
 
     def close(self) -> None:
         self._stop()
-        if self._mapping is not None:
-            self._mapping.close()
-            self._mapping = None
+        self._mapping = None  # closed once no view of it is left
         Path(self._logits_path).unlink(missing_ok=True)
 
     def __del__(self):
