@@ -104,12 +104,12 @@ class Relay:
                     except OSError:
                         pass
                     return
+                with self._lock:  # counted first: whoever reads the data can rely on the count
+                    setattr(self, counter, getattr(self, counter) + len(data))
                 try:
                     destination.sendall(data)
                 except OSError:
                     return
-                with self._lock:
-                    setattr(self, counter, getattr(self, counter) + len(data))
 
         threading.Thread(target=read, daemon=True).start()
         threading.Thread(target=deliver, daemon=True).start()
