@@ -72,11 +72,7 @@ class Context(NativeHandle):
         The view is valid until the next call on this context.
         """
         tokens = sequence.tokens
-        end = len(tokens)
-        if not 0 <= first_output < end:
-            raise ValueError(f"first_output {first_output} outside the sequence of {end} tokens")
-        if end > self.n_ctx:
-            raise AssistantError(f"the conversation needs {end} tokens but the context holds {self.n_ctx}")
+        end = check_evaluation(tokens, first_output, self.n_ctx)
         keep = min(self._shared_prefix(sequence), first_output)
         outputs_from = first_output
         if self.min_batch > 1:
@@ -125,7 +121,7 @@ class Context(NativeHandle):
         most: tokens appended since this cache last synced count even if they equal what it holds)."""
         if self._sequence_id == id(sequence) and sequence.tracks(self):
             return len(sequence) - min(len(self.tokens), sequence.floor(self))
-        return len(sequence) - _common_prefix(self.tokens, sequence.tokens)
+        return len(sequence) - common_prefix(self.tokens, sequence.tokens)
 
     def _shared_prefix(self, sequence: TokenSequence) -> int:
         """How many leading tokens the cache holds that ``sequence`` still starts with."""
@@ -133,7 +129,7 @@ class Context(NativeHandle):
         if self._sequence_id == id(sequence) and sequence.tracks(self):
             shared = min(sequence.take_floor(self), len(held))
         else:
-            shared = _common_prefix(held, sequence.tokens)
+            shared = common_prefix(held, sequence.tokens)
             sequence.track(self)
             self._sequence_id = id(sequence)
         limit = min(len(held), len(sequence.tokens))
@@ -181,7 +177,17 @@ class Context(NativeHandle):
             self.handle = None
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def check_evaluation(tokens: list[int], first_output: int, n_ctx: int) -> int:
+    """The sequence's length, once it is known to fit ``n_ctx`` and to hold the first position asked for."""
+    end = len(tokens)
+    if not 0 <= first_output < end:
+        raise ValueError(f"first_output {first_output} outside the sequence of {end} tokens")
+    if end > n_ctx:
+        raise AssistantError(f"the conversation needs {end} tokens but the context holds {n_ctx}")
+    return end
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
     count = min(len(a), len(b))
     if count == 0:
         return 0

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from assistant.engine.context import check_evaluation, common_prefix
 from assistant.engine.devices import CONNECT_TIMEOUT, split_endpoint
 from assistant.errors import AssistantError
 
@@ -178,17 +179,11 @@ class RemoteContext:
     def evaluate(self, sequence, first_output: int) -> np.ndarray:
         """Hold ``sequence`` in the remote cache; logits of positions ``first_output``.. as a view that is valid
         until the next call."""
-        from assistant.engine.context import _common_prefix
-
         tokens = sequence.tokens
-        end = len(tokens)
-        if not 0 <= first_output < end:
-            raise ValueError(f"first_output {first_output} outside the sequence of {end} tokens")
-        if end > self.n_ctx:
-            raise AssistantError(f"the conversation needs {end} tokens but the context holds {self.n_ctx}")
+        end = check_evaluation(tokens, first_output, self.n_ctx)
         if self._process is None:
             self._start()
-        keep = _common_prefix(self.tokens, tokens)
+        keep = common_prefix(self.tokens, tokens)
         rows = end - first_output
         logits = self._logits(rows)
         began = time.perf_counter()
@@ -219,9 +214,7 @@ class RemoteContext:
             self._reply(EVALUATE_SECONDS, "clearing the cache")
 
     def behind(self, sequence) -> int:
-        from assistant.engine.context import _common_prefix
-
-        return len(sequence) - _common_prefix(self.tokens, sequence.tokens)
+        return len(sequence) - common_prefix(self.tokens, sequence.tokens)
 
     def adopt_cache(self, source) -> bool:
         return False  # a cache would cross the network: the remote target evaluates its prompt itself
