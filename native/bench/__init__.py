@@ -42,11 +42,13 @@ def mulmat_tool(directory: Path) -> Path:
     tool = directory / "bin" / f"assistant-mulmat-bench-{digest}"
     if tool.exists():
         return tool
-    include = directory.parent / "src" / "vendor" / "llama.cpp" / "ggml" / "include"
+    from native import build
+
+    include = build.trees(directory.parent)[0] / "vendor" / "llama.cpp" / "ggml" / "include"
     lib = directory / "bin"
     partial = tool.with_suffix(".part")
     subprocess.run(["c++", "-O3", "-march=native", "-std=c++17", f"-I{include}", str(source), "-o", str(partial),
-                    f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}"], check=True)
+                    f"-L{lib}", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"], check=True)
     partial.rename(tool)
     return tool
 
