@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import multiprocessing
 import sys
 
 from assistant import __version__
@@ -52,6 +53,9 @@ def with_default_command(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # In the bundle (packaging/), a process started by multiprocessing's spawn is this program again: this
+    # runs that child's work and exits. Elsewhere it does nothing.
+    multiprocessing.freeze_support()
     argv = with_default_command(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:

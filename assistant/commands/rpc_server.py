@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+from pathlib import Path
 
 from assistant.errors import AssistantError
 
@@ -30,9 +31,19 @@ def add_arguments(parser) -> None:
                         "(~/.cache/llama.cpp/rpc), so the next load of the same model sends less")
 
 
-def run(args) -> int:
+def tools_dir() -> Path:
+    """Where ggml-rpc-server is: beside llama.cpp's libraries in the bundle (packaging/), else among our
+    native build's tools."""
+    if getattr(sys, "frozen", False):
+        from assistant.engine import devices
+
+        return devices.lib_dir()
     from native import build
 
+    return build.tools_dir()
+
+
+def run(args) -> int:
     host = "127.0.0.1" if args.host == "localhost" else args.host
     try:
         address = ipaddress.IPv4Address(host)
@@ -43,7 +54,7 @@ def run(args) -> int:
                              "add --allow-network if that network is trusted")
     if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
         raise AssistantError("--port must be 1-65535 and --threads 1 or more")
-    bin_dir = build.tools_dir()
+    bin_dir = tools_dir()
     program = bin_dir / "ggml-rpc-server"
     if not program.exists():
         raise AssistantError(f"{program}: not built (run `make setup` or native/build.py)")
