@@ -61,6 +61,9 @@ FLAVOURS = {
 }
 FLAVOUR_VARIABLE = "ASSISTANT_NATIVE_FLAVOUR"
 TOOL_SWITCHES = ("LLAMA_BUILD_TOOLS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_TESTS")
+# llama.cpp's CMake also installs its libraries, headers and CPU variants at the wheel's root, which pip puts
+# in site-packages/{lib,include,bin}; llama_cpp loads only its own llama_cpp/lib
+WHEEL_EXCLUDE = "lib/**;include/**;bin/**"
 MARKER = "assistant-native-key"  # written beside the installed llama_cpp package: which build it came from
 
 
@@ -215,7 +218,8 @@ def build(root: Path, key: str) -> Path:
                CMAKE_ARGS=" ".join(cmake_args() + [f"-D{s}=OFF" for s in TOOL_SWITCHES]))
     log(f"building llama-cpp-python {SDIST_VERSION} ({flavour()}) with our kernels (log: {logfile})")
     run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--wheel-dir", str(staging),
-         "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release"], env=env, logfile=logfile)
+         "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release", "-C", f"wheel.exclude={WHEEL_EXCLUDE}"],
+        env=env, logfile=logfile)
 
     log(f"building {', '.join(TOOLS)}")
     run(["cmake", str(build_dir), *[f"-D{s}=ON" for s in TOOL_SWITCHES]], logfile=logfile)
