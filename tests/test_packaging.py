@@ -9,6 +9,7 @@ PyInstaller from it; what is tested then runs with no network."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,12 +48,32 @@ def test_offline_wheels_install_a_working_assistant(dist, tmp_path):
     assert "time to first token" in smoke.stdout
 
 
-@pytest.mark.timeout(30 * MINUTES)
-def test_the_bundle_runs_from_a_fresh_directory_in_a_clean_environment(dist, tmp_path):
-    made = script("bundle.py", "--dist", dist, "--out", tmp_path, timeout=20 * MINUTES)
+@pytest.fixture(scope="module")
+def bundle(dist, tmp_path_factory) -> Path:
+    """The bundle's tarball, beside the app folder it was made from."""
+    out = tmp_path_factory.mktemp("bundle")
+    made = script("bundle.py", "--dist", dist, "--out", out, timeout=20 * MINUTES)
     assert made.returncode == 0, made.stderr[-3000:]
-    tarball, = tmp_path.glob("assistant-*.tar.gz")
-    assert not list(tmp_path.glob(".*.part"))
-    smoke = script("smoke.py", tarball, timeout=20 * MINUTES)
+    assert not list(out.glob(".*.part"))
+    tarball, = out.glob("assistant-*.tar.gz")
+    return tarball
+
+
+@pytest.mark.timeout(30 * MINUTES)
+def test_the_bundle_runs_from_a_fresh_directory_in_a_clean_environment(bundle):
+    smoke = script("smoke.py", bundle, timeout=20 * MINUTES)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "desktop entry: installed and checked" in smoke.stdout
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_the_bundle_chats_in_a_terminal(bundle, tmp_path):
+    """What the desktop entry opens: the chat, from the app folder, in a clean environment."""
+    from tests.test_chat_terminal import Terminal, status_line
+
+    with Terminal(tmp_path, cwd=tmp_path, program=bundle.parent / "assistant" / "assistant") as terminal:
+        terminal.wait_for(lambda screen: "ready" in status_line(screen), timeout=300)
+        terminal.send("def add(a, b):", "Enter")
+        terminal.wait_for(lambda screen: "tok/s" in status_line(screen))
+        terminal.send("C-q")
+        terminal.wait_exit()
