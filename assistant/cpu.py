@@ -92,6 +92,14 @@ def kernel_description() -> str:
     return describe().decode()
 
 
+def llama_cpu_variant() -> str:
+    """llama.cpp's CPU variant in use ("haswell"), or "native" for the -march=native build: speed figures
+    name it beside our kernels, so that the portable and native builds can be compared."""
+    from assistant.engine import devices
+
+    return devices.cpu_variant(devices.cpu_backend_library()) or "native"
+
+
 def kernel_paths(description: str) -> dict[str, str]:
     """{"mxfp4": "avx2", "bf16": "stock"} from a description."""
     return dict(part.split("=", 1) for part in description.split() if "=" in part)

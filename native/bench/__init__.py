@@ -135,7 +135,8 @@ TARGETS = {
 def markdown(report: dict) -> str:
     cpu = report.get("cpu", {})
     lines = [f"# Kernel benchmark ({report['threads']} threads)", "",
-             f"CPU: {cpu.get('model', '?')} [{cpu.get('class', '?')}]; our kernels: {report.get('kernels', '?')}.", "",
+             f"CPU: {cpu.get('model', '?')} [{cpu.get('class', '?')}]; our kernels: {report.get('kernels', '?')}; "
+             f"llama.cpp's CPU variant: {report.get('cpu_variant', '?')}.", "",
              f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**. Weight sets: "
              + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in report["weight_bytes"].items()) + ".", "",
              "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s; `cpu_share` in the JSON "
