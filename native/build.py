@@ -55,7 +55,7 @@ TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rp
 COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
 FLAVOURS = {
     # every CPU variant llama.cpp defines for the architecture (14 on x86-64, from plain x86-64 to AMX): each
-    # is ggml's CPU code alone (about 80 s of compiling on 2 cores), our kernels are compiled once for all
+    # is ggml's CPU code alone (about 60 s of one core's compiling); our kernels are compiled once for all
     "portable": ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
     "native": ["-DGGML_NATIVE=ON"],
 }
@@ -231,8 +231,9 @@ def build(root: Path, key: str) -> Path:
     for lib in build_dir.rglob("lib*.so*"):
         if lib.is_file() and lib.parent.name == "bin":
             shutil.copy2(lib, bin_dir / lib.name)
-    info = {"key": key, "flavour": flavour(), "sdist": SDIST_NAME, "sdist_sha256": SDIST_SHA256, "cmake_args": cmake_args(),
-            "compiler": compiler_version(), "seconds": round(time.monotonic() - started, 1)}
+    info = {"key": key, "flavour": flavour(), "sdist": SDIST_NAME, "sdist_sha256": SDIST_SHA256,
+            "cmake_args": cmake_args(), "compiler": compiler_version(),
+            "seconds": round(time.monotonic() - started, 1)}
     (staging / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
     final = root / key
     shutil.rmtree(final, ignore_errors=True)
