@@ -1,12 +1,14 @@
 # The README's two commands: `make chat` (set up, then chat with the bundled demo model set) and
 # `make test` (set up, then run the test suite). Both are idempotent; a second run rebuilds nothing.
+# ASSISTANT_NATIVE_FLAVOUR=native builds llama.cpp's CPU code for this machine only (-march=native), to
+# compare with the default portable build (native/build.py).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: chat test native setup clean
+.PHONY: chat test native setup wheels bundle clean
 
 chat: setup
 	$(VENV)/bin/assistant chat
@@ -31,6 +33,14 @@ $(VENV)/.installed: pyproject.toml | native
 $(VENV)/.test-extras: pyproject.toml | $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
+
+# Offline wheels in dist/: `pip install --no-index --find-links dist/ assistant` then needs no network.
+wheels: $(PY)
+	$(PY) packaging/wheels.py dist
+
+# The desktop bundle in dist/bundle/: a one-folder app and its tarball, run without Python or a compiler.
+bundle: $(PY)
+	$(PY) packaging/bundle.py --dist dist --out dist/bundle
 
 clean:
 	rm -rf $(VENV)

@@ -77,21 +77,27 @@ def this_cpu() -> Cpu:
 
 
 def kernel_description() -> str:
-    """What the patched libggml-cpu says of our kernels, e.g. "mxfp4=avx2 bf16=avx2".
+    """What the patched CPU backend in use says of our kernels, e.g. "mxfp4=avx2 bf16=avx2".
 
     Raises LookupError when the installed llama-cpp-python is not our build.
     """
-    import llama_cpp
+    from assistant.engine import devices
 
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    for lib in sorted(lib_dir.glob("libggml-cpu*.so*")):
-        try:
-            describe = ctypes.CDLL(str(lib)).assistant_kernels_describe
-        except (OSError, AttributeError):
-            continue
-        describe.restype = ctypes.c_char_p
-        return describe().decode()
-    raise LookupError(f"no libggml-cpu in {lib_dir} exports assistant_kernels_describe")
+    library = devices.cpu_backend_library()
+    try:
+        describe = ctypes.CDLL(str(library)).assistant_kernels_describe  # the loaded copy: same file
+    except AttributeError:
+        raise LookupError(f"{library} does not export assistant_kernels_describe") from None
+    describe.restype = ctypes.c_char_p
+    return describe().decode()
+
+
+def llama_cpu_variant() -> str:
+    """llama.cpp's CPU variant in use ("haswell"), or "native" for the -march=native build: speed figures
+    name it beside our kernels, so that the portable and native builds can be compared."""
+    from assistant.engine import devices
+
+    return devices.cpu_variant(devices.cpu_backend_library()) or "native"
 
 
 def kernel_paths(description: str) -> dict[str, str]:

@@ -3,14 +3,19 @@
 The result lives outside the repository (``ASSISTANT_NATIVE_CACHE``, default ``~/.cache/assistant/native``):
 
     <cache>/sdist/llama_cpp_python-0.3.36.tar.gz   the download, checked against its sha256
-    <cache>/src/                                    the sdist with our files added and our patch applied
-    <cache>/build/                                  CMake's build tree, kept so a kernel edit rebuilds one file
+    <cache>/src-portable/, <cache>/src/             the sdist with our files added and our patch applied
+    <cache>/build-portable/, <cache>/build/         CMake's build trees, kept so a kernel edit rebuilds one file
     <cache>/<key>/llama_cpp_python-*.whl            the wheel for this exact set of inputs
-    <cache>/<key>/bin/                              llama-bench, llama-speculative-simple, test-backend-ops
-                                                    and the shared libraries they run with
+    <cache>/<key>/bin/                              llama-bench, llama-speculative-simple, test-backend-ops,
+                                                    ggml-rpc-server and the shared libraries they run with
 
-Usage: ``python native/build.py [--install] [--print-dir]``. A second run with the same inputs does nothing.
-Only the standard library is used, so it runs before any virtual environment exists.
+Two flavours, each with its own source and build tree (``ASSISTANT_NATIVE_FLAVOUR`` or ``--flavour``):
+``portable`` (the default) builds ggml's CPU backend once per CPU family as modules, and the process loads the
+best one for its CPU when it starts, so one wheel serves every x86-64 or ARM64 machine; ``native`` is the
+single ``-march=native`` build of before, for this machine only, kept to compare speeds.
+
+Usage: ``python native/build.py [--flavour portable|native] [--install] [--print-dir]``. A second run with the
+same inputs does nothing. Only the standard library is used, so it runs before any virtual environment exists.
 """
 
 from __future__ import annotations
@@ -47,8 +52,18 @@ TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rp
 # so the second configure reuses every object and compiles just these programs.
 # The RPC backend lets a level live on another machine (ggml-rpc-server runs there); RDMA stays off so that
 # every build speaks plain TCP whatever libraries the build machine has.
-CMAKE_ARGS = ["-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
+COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
+FLAVOURS = {
+    # every CPU variant llama.cpp defines for the architecture (14 on x86-64, from plain x86-64 to AMX): each
+    # is ggml's CPU code alone (about 60 s of one core's compiling); our kernels are compiled once for all
+    "portable": ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
+    "native": ["-DGGML_NATIVE=ON"],
+}
+FLAVOUR_VARIABLE = "ASSISTANT_NATIVE_FLAVOUR"
 TOOL_SWITCHES = ("LLAMA_BUILD_TOOLS", "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_TESTS")
+# llama.cpp's CMake also installs its libraries, headers and CPU variants at the wheel's root, which pip puts
+# in site-packages/{lib,include,bin}; llama_cpp loads only its own llama_cpp/lib
+WHEEL_EXCLUDE = "lib/**;include/**;bin/**"
 MARKER = "assistant-native-key"  # written beside the installed llama_cpp package: which build it came from
 
 
@@ -60,8 +75,27 @@ def log(message: str) -> None:
     print(f"[native] {message}", file=sys.stderr, flush=True)
 
 
+def flavour() -> str:
+    name = os.environ.get(FLAVOUR_VARIABLE, "") or "portable"
+    if name not in FLAVOURS:
+        raise SystemExit(f"error: {FLAVOUR_VARIABLE}={name}: expected one of {', '.join(FLAVOURS)}")
+    return name
+
+
+def cmake_args() -> list[str]:
+    return FLAVOURS[flavour()] + COMMON_ARGS
+
+
+def trees(root: Path) -> tuple[Path, Path]:
+    """(source tree, CMake build tree) of the flavour: one pair each, so that switching flavours (or branches
+    with different patches) never rebuilds the other's objects. The native flavour keeps the names it had
+    when it was the only one, so existing trees stay warm."""
+    suffix = "" if flavour() == "native" else f"-{flavour()}"
+    return root / f"src{suffix}", root / f"build{suffix}"
+
+
 def cpu_flags() -> str:
-    """-march=native makes ggml's own code depend on the CPU, so its flags are part of the cache key."""
+    """-march=native makes ggml's own code depend on the CPU, so the native flavour's key includes its flags."""
     sys.path.insert(0, str(NATIVE_DIR.parent))
     from assistant.cpu import this_cpu  # standard library only, like this script
 
@@ -83,7 +117,8 @@ def input_files() -> list[Path]:
 
 def build_key() -> str:
     digest = hashlib.sha256()
-    for part in (SDIST_SHA256, " ".join(CMAKE_ARGS), cpu_flags(), compiler_version(), sys.version):
+    build_cpu = cpu_flags() if flavour() == "native" else ""
+    for part in (SDIST_SHA256, " ".join(cmake_args()), build_cpu, compiler_version(), sys.version):
         digest.update(part.encode() + b"\0")
     for path in input_files():
         if path.is_file():
@@ -146,7 +181,7 @@ def prepare_source(root: Path, sdist: Path) -> Path:
         for patch in sorted(PATCHES.glob("*.patch")):
             run(["patch", "-p1", "--quiet", "--forward", "-i", str(patch)], cwd=staged)
 
-        src = root / "src"
+        src = trees(root)[0]
         if not src.exists():
             shutil.copytree(pristine, src, symlinks=True)
         for rel in patched:
@@ -175,15 +210,16 @@ def build(root: Path, key: str) -> Path:
     started = time.monotonic()
     sdist = fetch_sdist(root)
     src = prepare_source(root, sdist)
-    build_dir = root / "build"
+    build_dir = trees(root)[1]
     staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
     logfile = staging / "build.log"
     jobs = str(os.cpu_count() or 2)
     env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=jobs,
-               CMAKE_ARGS=" ".join(CMAKE_ARGS + [f"-D{s}=OFF" for s in TOOL_SWITCHES]))
-    log(f"building llama-cpp-python {SDIST_VERSION} with our kernels (log: {logfile})")
+               CMAKE_ARGS=" ".join(cmake_args() + [f"-D{s}=OFF" for s in TOOL_SWITCHES]))
+    log(f"building llama-cpp-python {SDIST_VERSION} ({flavour()}) with our kernels (log: {logfile})")
     run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--wheel-dir", str(staging),
-         "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release"], env=env, logfile=logfile)
+         "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release", "-C", f"wheel.exclude={WHEEL_EXCLUDE}"],
+        env=env, logfile=logfile)
 
     log(f"building {', '.join(TOOLS)}")
     run(["cmake", str(build_dir), *[f"-D{s}=ON" for s in TOOL_SWITCHES]], logfile=logfile)
@@ -195,8 +231,9 @@ def build(root: Path, key: str) -> Path:
     for lib in build_dir.rglob("lib*.so*"):
         if lib.is_file() and lib.parent.name == "bin":
             shutil.copy2(lib, bin_dir / lib.name)
-    info = {"key": key, "sdist": SDIST_NAME, "sdist_sha256": SDIST_SHA256, "cmake_args": CMAKE_ARGS,
-            "compiler": compiler_version(), "seconds": round(time.monotonic() - started, 1)}
+    info = {"key": key, "flavour": flavour(), "sdist": SDIST_NAME, "sdist_sha256": SDIST_SHA256,
+            "cmake_args": cmake_args(), "compiler": compiler_version(),
+            "seconds": round(time.monotonic() - started, 1)}
     (staging / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
     final = root / key
     shutil.rmtree(final, ignore_errors=True)
@@ -258,9 +295,13 @@ def install(directory: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flavour", choices=FLAVOURS, help=f"portable (default) or native (-march=native); "
+                        f"also {FLAVOUR_VARIABLE}")
     parser.add_argument("--install", action="store_true", help="install the wheel into this Python")
     parser.add_argument("--print-dir", action="store_true", help="print the build directory and exit")
     args = parser.parse_args()
+    if args.flavour:
+        os.environ[FLAVOUR_VARIABLE] = args.flavour
     directory = ensure_built()
     if args.install:
         install(directory)

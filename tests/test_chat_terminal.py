@@ -26,11 +26,17 @@ CAPTURES = Path(os.environ.get("ASSISTANT_CAPTURES", "")) if os.environ.get("ASS
 class Terminal:
     """One tmux session running `assistant chat`; always killed on exit, whatever happened."""
 
-    def __init__(self, home: Path, *args: str, width=120, height=40, cwd: Path = ROOT):
+    def __init__(self, home: Path, *args: str, width=120, height=40, cwd: Path = ROOT, program: Path | None = None):
+        """By default this checkout's assistant with ``home`` as ASSISTANT_HOME; ``program`` (an installed one,
+        such as the bundle's) runs in a clean environment with ``home`` as HOME."""
         self.name = f"assistant-test-{uuid.uuid4().hex[:8]}"
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        env = f"ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={path} TERM=xterm-256color"
-        command = f"cd {cwd} && exec env -u COLUMNS -u LINES {env} {sys.executable} -m assistant chat {' '.join(args)}"
+        if program is None:
+            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+            env = f"-u COLUMNS -u LINES ASSISTANT_HOME={home} ASSISTANT_THREADS=1 PYTHONPATH={path} TERM=xterm-256color"
+            program = f"{sys.executable} -m assistant"
+        else:
+            env = f"-i HOME={home} PATH=/usr/bin:/bin TERM=xterm-256color"
+        command = f"cd {cwd} && exec env {env} {program} chat {' '.join(args)}"
         self.socket = self.name  # a private tmux server: no one else's options or sessions
         subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-s", self.name,
                         "-x", str(width), "-y", str(height), command], check=True)

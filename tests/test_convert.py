@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as Q
 
 from assistant import modelsets
 from assistant.cli import main
+from assistant.engine import backend
 from converters import convert
 from converters.architectures import permute_for_rope
 from converters.safetensors_file import SafetensorsFile
@@ -48,6 +49,7 @@ IDS = [f"{a}-{'tied' if t else 'untied'}-{'bias' if b else 'nobias'}{'-' + '-'.j
 
 
 def load(path, **kwargs):
+    backend.llama()  # the portable build's backends are modules, loaded from llama_cpp/lib first
     return llama_cpp.Llama(str(path), n_threads=1, n_ctx=256, verbose=False, **kwargs)
 
 

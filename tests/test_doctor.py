@@ -54,6 +54,19 @@ def test_fast_paths_are_active_and_all_good():
     assert "warning:" not in result.stdout and result.stdout.rstrip().endswith("all good"), result.stdout
 
 
+def test_names_the_cpu_variant_in_use():
+    from native import build
+
+    row = line(doctor().stdout, "CPU variant")
+    if build.flavour() == "native":
+        assert "none: one build for the machine that compiled it" in row
+        return
+    variant = re.fullmatch(r"CPU variant\s+(\S+) \(libggml-cpu-\1\.so, the best of (\d+) for this CPU\)", row)
+    assert variant and int(variant.group(2)) >= 2, row
+    if has_avx2:  # a variant built for AVX2 or better, not one of the older families'
+        assert variant.group(1) not in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver"), row
+
+
 def test_forced_scalar_path_is_a_warning_not_all_good():
     result = doctor(ASSISTANT_MXFP4_KERNEL="scalar")
     assert "mxfp4=scalar" in line(result.stdout, "our kernels")

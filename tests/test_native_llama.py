@@ -115,6 +115,9 @@ def test_greedy_output_identical_to_stock(bench_gguf, tmp_path, kind):
     """The bench prompts' greedy continuations are the same with our kernels and the stock ones."""
     from llama_cpp import Llama
 
+    from assistant.engine import backend
+
+    backend.llama()  # the portable build's backends are modules, loaded from llama_cpp/lib first
     model = bench_gguf[f"target_{kind}"]
     tok = Llama(str(model), vocab_only=True, verbose=False)
     prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:6]]
@@ -127,3 +130,35 @@ def test_greedy_output_identical_to_stock(bench_gguf, tmp_path, kind):
         if ours["greedy"] != stock["greedy"]:
             differ.append(p["id"])
     assert not differ
+
+
+# Each variant of the portable build loaded alone: its score for this CPU (0: it cannot run here) and, where
+# it can, what our kernels in it say. One process, so the libraries never meet llama.cpp's loader.
+VARIANT_PROBE = """
+import ctypes, json, sys
+out = {}
+for path in sys.argv[1:]:
+    lib = ctypes.CDLL(path)
+    lib.assistant_kernels_describe.restype = ctypes.c_char_p
+    score = lib.ggml_backend_score()
+    out[path] = lib.assistant_kernels_describe().decode() if score else None
+print(json.dumps(out))
+"""
+
+
+def test_every_cpu_variant_carries_our_kernels_choosing_by_cpuid():
+    """The portable build: our kernels are in every CPU variant, and in each that runs on this CPU they take
+    the same paths as in the variant llama.cpp chose, since they decide by CPUID, not by the variant."""
+    from assistant.engine import devices
+
+    variants = sorted(devices.lib_dir().glob("libggml-cpu-*.so"))
+    if not variants:
+        pytest.skip("a build without CPU variants (ASSISTANT_NATIVE_FLAVOUR=native)")
+    probe = subprocess.run([sys.executable, "-c", VARIANT_PROBE, *map(str, variants)], capture_output=True, text=True,
+                           env=dict(os.environ, **OURS), timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    described = json.loads(probe.stdout)
+    runnable = {Path(path).name: text for path, text in described.items() if text is not None}
+    chosen = devices.cpu_backend_library().name
+    assert chosen in runnable and len(runnable) >= 2, runnable
+    assert set(runnable.values()) == {runnable[chosen]}, runnable

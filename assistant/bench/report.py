@@ -23,6 +23,7 @@ def machine() -> dict:
             "cpu": this.model, "cpu_class": this.kind}
     try:
         info["kernels"] = cpu.kernel_description()
+        info["cpu_variant"] = cpu.llama_cpu_variant()
     except (ImportError, LookupError):
         info["kernels"] = "unknown"
     try:
@@ -79,7 +80,8 @@ def markdown(report: dict) -> str:
         "",
         f"Machine: {info.get('cpu', '?')} [{info.get('cpu_class', '?')}], {info.get('cpus', '?')} logical CPUs, "
         f"L3 {info.get('l3', '?')}, {info.get('memory_gib', '?')} GiB; {info.get('platform', '')}; commit "
-        f"{info.get('commit', '?')}; {info['date']}. Our kernels: {info.get('kernels', '?')}. Measured read "
+        f"{info.get('commit', '?')}; {info['date']}. Our kernels: {info.get('kernels', '?')}, llama.cpp's CPU variant: "
+        f"{info.get('cpu_variant', '?')}. Measured read "
         f"bandwidth: {_gbps(info.get('read_bandwidth_gbps'))}.",
         "",
         f"Settings: greedy, {settings['max_tokens']} new tokens, {settings['threads']} threads, "

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from assistant import cpu
+from assistant.errors import AssistantError
 
 HELP = "check the CPU, the native backend, the model sets and the data directory"
 
@@ -25,6 +26,14 @@ def human_size(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size} B"
+
+
+def cpu_variant_text(library: Path, variant: str, count: int) -> str:
+    """Which build of llama.cpp's CPU code runs, e.g. "haswell (libggml-cpu-haswell.so, the best of 14 for
+    this CPU)"; the native flavour has one, for the CPU that compiled it."""
+    if not variant:
+        return f"none: one build for the machine that compiled it ({library.name})"
+    return f"{variant} ({library.name}, the best of {count} for this CPU)"
 
 
 def run(args) -> int:
@@ -44,10 +53,15 @@ def run(args) -> int:
     try:
         import llama_cpp
 
+        from assistant.engine import backend, devices
+
         row("llama-cpp-python", f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})")
+        backend.llama()
         info = llama_cpp.llama_print_system_info().decode().strip()
         row("llama.cpp build", info)
         try:
+            library = devices.cpu_backend_library()
+            row("CPU variant", cpu_variant_text(library, devices.cpu_variant(library), len(devices.cpu_variants())))
             description = cpu.kernel_description()
             paths = cpu.kernel_paths(description)
             fast = [kind for kind, path in paths.items() if path not in ("stock", "scalar")]
@@ -59,6 +73,8 @@ def run(args) -> int:
     except ImportError as error:
         row("llama-cpp-python", "missing")
         problems.append(f"llama-cpp-python is not installed ({error}); run `make setup`")
+    except AssistantError as error:
+        problems.append(str(error))
 
     data = home.data_dir()
     row("data directory", str(data))

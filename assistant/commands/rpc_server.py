@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+from pathlib import Path
 
 from assistant.errors import AssistantError
 
@@ -28,6 +29,18 @@ def add_arguments(parser) -> None:
                         "knowing that the protocol has no authentication")
     parser.add_argument("--cache", action="store_true", help="keep received tensors on disk "
                         "(~/.cache/llama.cpp/rpc), so the next load of the same model sends less")
+
+
+def tools_dir() -> Path:
+    """Where ggml-rpc-server is: beside llama.cpp's libraries in the bundle (packaging/), else among our
+    native build's tools."""
+    if getattr(sys, "frozen", False):
+        from assistant.engine import devices
+
+        return devices.lib_dir()
+    from native import build
+
+    return build.tools_dir()
 
 
 def run(args) -> int:
@@ -53,9 +66,7 @@ def run(args) -> int:
 
 def server_command(host: str, port: int, threads: int | None = None, cache: bool = False) -> tuple[list[str], dict]:
     """ggml-rpc-server's command line and environment (it runs with the libraries built beside it)."""
-    from native import build
-
-    bin_dir = build.tools_dir()
+    bin_dir = tools_dir()
     program = bin_dir / "ggml-rpc-server"
     if not program.exists():
         raise AssistantError(f"{program}: not built (run `make setup` or native/build.py)")

@@ -1,4 +1,7 @@
-"""Loads llama_cpp once, initialises the backend and keeps its log off the terminal.
+"""Loads llama_cpp once, loads ggml's backends, initialises llama.cpp and keeps its log off the terminal.
+
+Everything that calls into llama.cpp goes through ``llama()``: in the portable build no backend exists until
+it is loaded from llama_cpp/lib.
 
 llama.cpp prints hundreds of lines per model load to stderr; a chat UI and `--json` output must not
 carry them. Error lines are kept (``recent_errors``) so our own one-line messages can quote them;
@@ -22,9 +25,12 @@ def llama():
     import llama_cpp
 
     if not _ready:
+        from assistant.engine import devices
+
         if not os.environ.get("ASSISTANT_LLAMA_LOG"):
             _log_callback = llama_cpp.llama_log_callback(_log_errors_only)
             llama_cpp.llama_log_set(_log_callback, None)
+        devices.load_backends()
         llama_cpp.llama_backend_init()
         _ready = True
     return llama_cpp

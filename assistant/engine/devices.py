@@ -1,8 +1,10 @@
-"""A remote machine's ``ggml-rpc-server`` as a place to load a model (its weights, KV cache and compute).
+"""ggml's backends and devices, which llama-cpp-python does not bind: loading the backends our portable build
+makes as modules (a CPU backend per CPU family, the RPC client), naming the CPU variant in use, and a remote
+machine's ``ggml-rpc-server`` as a place to load a model (its weights, KV cache and compute).
 
-llama-cpp-python binds none of ggml's backend-device functions, so the few needed are declared here. The
-remote device is made with the RPC registry's ``ggml_backend_rpc_add_server`` and handed to one model only
-(``llama_model_params.devices``), never registered globally: the local levels keep to this CPU.
+The few functions needed are declared here. The remote device is made with the RPC registry's
+``ggml_backend_rpc_add_server`` and handed to one model only (``llama_model_params.devices``), never
+registered globally: the local levels keep to this CPU.
 
 ggml aborts the whole process when an RPC connection fails, so the endpoint is first checked with a plain TCP
 connection that can fail politely."""
@@ -11,21 +13,41 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import socket
 from pathlib import Path
 
 from assistant.errors import AssistantError
 
 CONNECT_TIMEOUT = 5.0
+CPU_LIBRARY_PREFIX = "libggml-cpu"
+
+
+def lib_dir() -> Path:
+    """llama_cpp/lib: llama.cpp's libraries and, in the portable build, its backend modules."""
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).resolve().parent / "lib"
+
+
+def _loaded(stem: str) -> ctypes.CDLL:
+    """The copy of ``stem`` that libllama runs with. A wheel holds each library as separate files (libggml.so,
+    .so.0, .so.0.25.3), and opening one by path loads a second copy with a backend registry of its own, so
+    the one already loaded is asked for by its soname."""
+    for path in sorted(lib_dir().glob(f"{stem}.so.*"), key=lambda path: len(path.name)):
+        try:
+            return ctypes.CDLL(path.name, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        except OSError:
+            continue
+    raise AssistantError(f"{stem} from {lib_dir()} is not loaded: is llama_cpp our build?")
 
 
 @functools.lru_cache(maxsize=1)
 def _ggml():
-    import llama_cpp
-
-    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
-    base, ggml = ctypes.CDLL(str(lib_dir / "libggml-base.so")), ctypes.CDLL(str(lib_dir / "libggml.so"))
+    base, ggml = _loaded("libggml-base"), _loaded("libggml")
     for lib, name, argtypes, restype in (
+        (ggml, "ggml_backend_load_all_from_path", [ctypes.c_char_p], None),
+        (ggml, "ggml_backend_reg_count", [], ctypes.c_size_t),
         (ggml, "ggml_backend_reg_by_name", [ctypes.c_char_p], ctypes.c_void_p),
         (base, "ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
         (base, "ggml_backend_reg_dev_count", [ctypes.c_void_p], ctypes.c_size_t),
@@ -35,6 +57,50 @@ def _ggml():
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, restype
     return base, ggml
+
+
+def load_backends() -> None:
+    """Load the backend modules from llama_cpp/lib before llama.cpp starts: the CPU variant that scores best on
+    this CPU, and RPC. Left to itself llama.cpp would search beside the Python executable and in the current
+    directory. A build with its backends linked in (the native flavour) has them registered already."""
+    _, ggml = _ggml()
+    if ggml.ggml_backend_reg_count() == 0:
+        ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir()))
+    if not ggml.ggml_backend_reg_by_name(b"CPU"):
+        raise AssistantError(f"no llama.cpp CPU backend in {lib_dir()} loads on this CPU (reinstall assistant)")
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def cpu_backend_library() -> Path:
+    """The file the CPU backend in use was loaded from, e.g. ``.../libggml-cpu-haswell.so`` (its registry
+    entry lives in that library, and dladdr names the file holding an address)."""
+    from assistant.engine.backend import llama
+
+    llama()
+    registry = _ggml()[1].ggml_backend_reg_by_name(b"CPU")
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except AttributeError:  # glibc before 2.34 keeps it in libdl
+        dladdr = ctypes.CDLL("libdl.so.2").dladdr
+    info = _DlInfo()
+    if not dladdr(ctypes.c_void_p(registry), ctypes.byref(info)) or not info.dli_fname:
+        raise LookupError("cannot tell which library holds llama.cpp's CPU backend")
+    return Path(os.fsdecode(info.dli_fname))
+
+
+def cpu_variant(library: Path) -> str:
+    """"haswell" for libggml-cpu-haswell.so; "" for the one libggml-cpu.so of a build without variants."""
+    name = library.name.split(".so")[0]
+    return name[len(CPU_LIBRARY_PREFIX) + 1:] if name.startswith(CPU_LIBRARY_PREFIX + "-") else ""
+
+
+def cpu_variants() -> list[str]:
+    """The CPU variants installed beside llama.cpp (none for a build without them)."""
+    return sorted(filter(None, (cpu_variant(path) for path in lib_dir().glob(f"{CPU_LIBRARY_PREFIX}-*.so"))))
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -52,6 +118,9 @@ def rpc_device(endpoint: str):
     except OSError as error:
         raise AssistantError(f"cannot reach the RPC server at {endpoint} ({error.strerror or error}): is "
                              "ggml-rpc-server running there?") from None
+    from assistant.engine.backend import llama
+
+    llama()  # the RPC backend is a module in the portable build
     base, ggml = _ggml()
     registry = ggml.ggml_backend_reg_by_name(b"RPC")
     if not registry:

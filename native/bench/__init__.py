@@ -42,11 +42,13 @@ def mulmat_tool(directory: Path) -> Path:
     tool = directory / "bin" / f"assistant-mulmat-bench-{digest}"
     if tool.exists():
         return tool
-    include = directory.parent / "src" / "vendor" / "llama.cpp" / "ggml" / "include"
+    from native import build
+
+    include = build.trees(directory.parent)[0] / "vendor" / "llama.cpp" / "ggml" / "include"
     lib = directory / "bin"
     partial = tool.with_suffix(".part")
     subprocess.run(["c++", "-O3", "-march=native", "-std=c++17", f"-I{include}", str(source), "-o", str(partial),
-                    f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", f"-Wl,-rpath,{lib}"], check=True)
+                    f"-L{lib}", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"], check=True)
     partial.rename(tool)
     return tool
 
@@ -133,7 +135,8 @@ TARGETS = {
 def markdown(report: dict) -> str:
     cpu = report.get("cpu", {})
     lines = [f"# Kernel benchmark ({report['threads']} threads)", "",
-             f"CPU: {cpu.get('model', '?')} [{cpu.get('class', '?')}]; our kernels: {report.get('kernels', '?')}.", "",
+             f"CPU: {cpu.get('model', '?')} [{cpu.get('class', '?')}]; our kernels: {report.get('kernels', '?')}; "
+             f"llama.cpp's CPU variant: {report.get('cpu_variant', '?')}.", "",
              f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**. Weight sets: "
              + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in report["weight_bytes"].items()) + ".", "",
              "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s; `cpu_share` in the JSON "

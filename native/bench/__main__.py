@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     this = cpu.this_cpu()
     report["cpu"] = {"model": this.model, "class": this.kind}
     report["kernels"] = cpu.kernel_description()
+    report["cpu_variant"] = cpu.llama_cpu_variant()
     report["summary"] = bench.summary(run)
     report["invariance"] = bench.check_invariance(tool, kernels=args.kernels.split(","))
 

@@ -27,10 +27,10 @@ def kernels_description() -> str:
 
 class Model:
     def __init__(self, path: Path, threads: int = 1, n_ctx: int = 512):
-        import llama_cpp as L
+        from assistant.engine.backend import llama
 
+        L = llama()  # loads the backends (modules in the portable build) and initialises llama.cpp
         self.L = L
-        L.llama_backend_init()
         self._quiet = L.llama_log_callback(lambda level, text, data: None)  # kept alive as long as the model
         L.llama_log_set(self._quiet, ctypes.c_void_p())
         self.model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())

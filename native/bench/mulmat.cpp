@@ -9,7 +9,6 @@
 // Weight sets are model-shaped: 2048x5632 and 5632x2048 matrices, repeated until the set exceeds --gb.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
-#include "ggml-cpu.h"
 #include "ggml.h"
 
 #include <algorithm>
@@ -48,9 +47,22 @@ std::vector<std::string> split(const std::string & s) {
     return out;
 }
 
+// The CPU backend through ggml's registry, so that this program runs with either native build: one links it
+// in, the portable one has a module per CPU family beside this program and loads the best for this CPU.
+ggml_backend_dev_t cpu_device() {
+    if (ggml_backend_reg_count() == 0) ggml_backend_load_all();
+    return ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+}
+
+void set_threads(ggml_backend_t backend, int threads) {
+    auto set = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(
+        ggml_backend_dev_backend_reg(cpu_device()), "ggml_backend_set_n_threads");
+    set(backend, threads);
+}
+
 ggml_backend_buffer_type_t find_buft(const char * name) {
-    if (!std::strcmp(name, "CPU")) return ggml_backend_cpu_buffer_type();
-    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_dev_t dev = cpu_device();
+    if (!std::strcmp(name, "CPU")) return ggml_backend_dev_buffer_type(dev);
     auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
         ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
     for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b) {
@@ -201,7 +213,7 @@ void check_invariance(ggml_backend_t backend, const WeightSet & set, std::mt1993
         ggml_tensor * y = ggml_mul_mat(ctx, w, xt);
         ggml_cgraph * g = ggml_new_graph(ctx);
         ggml_build_forward_expand(g, y);
-        ggml_backend_cpu_set_n_threads(backend, threads);
+        set_threads(backend, threads);
         ggml_backend_graph_compute(backend, g);
         std::vector<float> out((float *) y->data, (float *) y->data + M * n);
         ggml_free(ctx);
@@ -248,8 +260,8 @@ int main(int argc, char ** argv) {
         }
     }
 
-    ggml_backend_t backend = ggml_backend_cpu_init();
-    ggml_backend_cpu_set_n_threads(backend, threads);
+    ggml_backend_t backend = ggml_backend_dev_init(cpu_device(), nullptr);
+    set_threads(backend, threads);
     std::mt19937 rng(1234);
 
     std::vector<WeightSet> sets(kernels.size());
@@ -261,7 +273,7 @@ int main(int argc, char ** argv) {
     }
     if (invariance) {
         for (auto & set : sets) check_invariance(backend, set, rng);
-        ggml_backend_cpu_set_n_threads(backend, threads);
+        set_threads(backend, threads);
     }
     if (bandwidth) {
         std::printf("{\"bandwidth_gbps\": %.3f, \"threads\": %d}\n", read_bandwidth(threads, (size_t) (gb * 1e9), reps), threads);

@@ -1,0 +1,146 @@
+"""The bundle's smoke test: unpack the tarball into a fresh directory and run it as a user would, in a clean
+environment (as ``env -i HOME=<new directory> PATH=/usr/bin:/bin``): ``assistant --version``, ``assistant
+doctor`` (our kernels active), and ``assistant generate --stats`` on the demo set, twice: the first run
+converts the bundled demo set into the new HOME, the second shows the time to first token a user waits for.
+
+Usage: ``python packaging/smoke.py TARGET...``, each a bundle's tarball or an installed ``assistant`` program
+(a venv install's, for comparison). Prints sizes and times; exits non-zero on the first failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROMPT = "def fibonacci(n):"
+TIMEOUT = 600
+
+
+class SmokeError(Exception):
+    pass
+
+
+@dataclass
+class Report:
+    program: Path
+    version: str
+    doctor: str
+    first_token_seconds_converting: float  # the first run: the demo set is converted first
+    first_token_seconds: float
+    stats: str
+
+    def lines(self) -> list[str]:
+        return [f"{self.program}: {self.version}",
+                *[line for line in self.doctor.splitlines() if line.startswith(("CPU variant", "our kernels"))],
+                f"time to first token: {self.first_token_seconds:.2f} s "
+                f"({self.first_token_seconds_converting:.1f} s on the first run, converting the demo set)",
+                self.stats.splitlines()[0] if self.stats else "no stats"]
+
+
+def clean_environment(home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+
+
+def run(cmd: list, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(part) for part in cmd], env=clean_environment(home), cwd=cwd, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    if done.returncode != 0:
+        raise SmokeError(f"{' '.join(map(str, cmd[1:]))}: exit code {done.returncode}\n{done.stderr[-3000:]}")
+    return done
+
+
+def first_token(cmd: list, home: Path, cwd: Path) -> tuple[float, str, str]:
+    """Seconds from starting the program to its first byte of answer, and its whole stdout and stderr."""
+    started = time.monotonic()
+    process = subprocess.Popen([str(part) for part in cmd], env=clean_environment(home), cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.read1(1 << 16)
+    seconds = time.monotonic() - started
+    try:
+        rest, stderr = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise SmokeError(f"{' '.join(map(str, cmd[1:]))}: no answer in {TIMEOUT} s") from None
+    if process.returncode != 0 or not first.strip():
+        raise SmokeError(f"{' '.join(map(str, cmd[1:]))}: exit code {process.returncode}\n"
+                         f"{stderr.decode(errors='replace')[-3000:]}")
+    return seconds, (first + rest).decode(errors="replace"), stderr.decode(errors="replace")
+
+
+def check(program: Path, home: Path) -> Report:
+    """The three commands, from ``home`` as the working directory too (nothing of the source tree is near)."""
+    version = run([program, "--version"], home, home).stdout.strip()
+    if not re.fullmatch(r"assistant \d+\.\d+\.\d+", version):
+        raise SmokeError(f"--version printed {version!r}")
+    doctor = run([program, "doctor"], home, home).stdout
+    if not re.search(r"^our kernels .*\(active\)$", doctor, re.M) or not re.search(r"^CPU variant ", doctor, re.M):
+        raise SmokeError(f"doctor does not show our kernels active and the CPU variant:\n{doctor}")
+    generate = [program, "generate", PROMPT, "-n", "32", "--stats"]
+    converting, _, _ = first_token(generate, home, home)
+    seconds, answer, stderr = first_token(generate, home, home)
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if " tokens in " in line), None)
+    if not answer.strip() or start is None:
+        raise SmokeError(f"generate printed no answer or no statistics:\n{stderr[-2000:]}")
+    if not (home / ".local" / "share" / "assistant" / "models" / "demo").is_dir():
+        raise SmokeError("the demo set was not converted into the platform's data directory under HOME")
+    return Report(program, version, doctor, converting, seconds, "\n".join(lines[start:]))
+
+
+def directory_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def check_desktop_entry(app: Path, home: Path) -> None:
+    run([app / "install-desktop-entry"], home, home)
+    entry = (home / ".local" / "share" / "applications" / "assistant.desktop").read_text()
+    if f'Exec="{app}/assistant" chat' not in entry or "Terminal=true" not in entry:
+        raise SmokeError(f"the desktop entry does not open {app}/assistant chat in a terminal:\n{entry}")
+
+
+def smoke_bundle(tarball: Path, workdir: Path) -> list[str]:
+    """Unpack into ``workdir`` (a new directory), check, and say how it went."""
+    home = workdir / "home"
+    home.mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(workdir / "unpacked", filter="tar")
+    app = workdir / "unpacked" / "assistant"
+    report = check(app / "assistant", home)
+    check_desktop_entry(app, home)
+    return [f"bundle {tarball.name}: tarball {tarball.stat().st_size / 1e6:.0f} MB, unpacked "
+            f"{directory_size(app) / 1e6:.0f} MB", *report.lines(), "desktop entry: installed and checked"]
+
+
+def smoke_program(program: Path, workdir: Path) -> list[str]:
+    home = workdir / "home"
+    home.mkdir(parents=True)
+    report = check(program, home)
+    prefix = program.parent.parent  # a venv's bin/assistant
+    return [f"installed {program}: {directory_size(prefix) / 1e6:.0f} MB in {prefix}", *report.lines()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("targets", nargs="+", type=Path, help="a bundle's .tar.gz or an assistant program")
+    args = parser.parse_args()
+    for target in args.targets:
+        workdir = Path(tempfile.mkdtemp(prefix="assistant-smoke-"))
+        try:
+            test = smoke_bundle if target.name.endswith(".tar.gz") else smoke_program
+            lines = test(target.resolve(), workdir)
+            print("\n  ".join(lines), flush=True)
+        except SmokeError as error:
+            raise SystemExit(f"error: {target}: {error}") from None
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
