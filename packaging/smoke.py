@@ -1,7 +1,8 @@
 """The bundle's smoke test: unpack the tarball into a fresh directory and run it as a user would, in a clean
 environment (as ``env -i HOME=<new directory> PATH=/usr/bin:/bin``): ``assistant --version``, ``assistant
 doctor`` (our kernels active), and ``assistant generate --stats`` on the demo set, twice: the first run
-converts the bundled demo set into the new HOME, the second shows the time to first token a user waits for.
+converts the bundled demo set into the new HOME, the second shows the time to first token a user waits for;
+for a bundle also its desktop entry and its remote target (its own rpc-server, and generate --target-rpc).
 
 Usage: ``python packaging/smoke.py TARGET...``, each a bundle's tarball or an installed ``assistant`` program
 (a venv install's, for comparison). Prints sizes and times; exits non-zero on the first failure.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
@@ -94,6 +96,36 @@ def check(program: Path, home: Path) -> Report:
     return Report(program, version, doctor, converting, seconds, "\n".join(lines[start:]))
 
 
+def check_remote_target(program: Path, home: Path) -> str:
+    """`rpc-server` from the program itself, and `generate --target-rpc` through it: the target's worker process
+    is the program again (a frozen app has no `python -m`), and answers as the local target does."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([str(program), "rpc-server", "--port", str(port), "--threads", "1"],
+                              env=clean_environment(home), cwd=home, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SmokeError("rpc-server did not start listening") from None
+                time.sleep(0.1)
+        generate = [program, "generate", PROMPT, "-n", "16", "--raw"]
+        here = run(generate, home, home).stdout
+        there = run([*generate, "--target-rpc", f"127.0.0.1:{port}"], home, home).stdout
+    finally:
+        server.kill()
+        server.wait()
+    if not here.strip() or here != there:
+        raise SmokeError(f"generate with the target behind rpc-server answered {there!r}, here {here!r}")
+    return "remote target: rpc-server and generate --target-rpc answer as the local target"
+
+
 def directory_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -115,7 +147,8 @@ def smoke_bundle(tarball: Path, workdir: Path) -> list[str]:
     report = check(app / "assistant", home)
     check_desktop_entry(app, home)
     return [f"bundle {tarball.name}: tarball {tarball.stat().st_size / 1e6:.0f} MB, unpacked "
-            f"{directory_size(app) / 1e6:.0f} MB", *report.lines(), "desktop entry: installed and checked"]
+            f"{directory_size(app) / 1e6:.0f} MB", *report.lines(), "desktop entry: installed and checked",
+            check_remote_target(app / "assistant", home)]
 
 
 def smoke_program(program: Path, workdir: Path) -> list[str]:

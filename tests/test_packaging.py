@@ -64,6 +64,7 @@ def test_the_bundle_runs_from_a_fresh_directory_in_a_clean_environment(bundle):
     smoke = script("smoke.py", bundle, timeout=20 * MINUTES)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "desktop entry: installed and checked" in smoke.stdout
+    assert "remote target: rpc-server and generate --target-rpc answer as the local target" in smoke.stdout
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -131,11 +131,11 @@ def test_rpc_server_listens_on_loopback_unless_allowed_and_serves_generate(bench
 
 def test_the_handshake_speaks_the_protocol_llama_cpp_was_built_with(rpc_endpoint):
     import re
-    from pathlib import Path
 
-    import llama_cpp
+    from native import build
 
-    header = (Path(llama_cpp.__file__).resolve().parent.parent / "include" / "ggml-rpc.h").read_text()
+    source, _ = build.trees(build.cache_root())  # the patched sdist the installed build was made from
+    header = (source / "vendor" / "llama.cpp" / "ggml" / "include" / "ggml-rpc.h").read_text()
     versions = dict(re.findall(r"#define RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION\s+(\d+)", header))
     assert tuple(int(versions[part]) for part in ("MAJOR", "MINOR", "PATCH")) == remote.PROTOCOL
     assert remote.probe(rpc_endpoint) == remote.PROTOCOL
