@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,24 @@ def test_every_cpu_variant_carries_our_kernels_choosing_by_cpuid():
     chosen = devices.cpu_backend_library().name
     assert chosen in runnable and len(runnable) >= 2, runnable
     assert set(runnable.values()) == {runnable[chosen]}, runnable
+
+
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="needs qemu-x86_64 (apt-get install qemu-user)")
+def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
+    """One build for every CPU: under qemu-x86_64 as a Nehalem (SSE4.2, no AVX), llama.cpp loads its sse42
+    variant, our kernels step aside for the stock ones (they have no path there), and the greedy answer is the
+    one this CPU gives."""
+    from assistant.engine import devices
+
+    if not devices.cpu_variants():
+        pytest.skip("a build without CPU variants (ASSISTANT_NATIVE_FLAVOUR=native)")
+    assistant = [sys.executable, "-m", "assistant"]
+    nehalem = ["qemu-x86_64", "-cpu", "Nehalem", *assistant]
+    doctor = subprocess.run([*nehalem, "doctor"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "CPU variant            sse42 (libggml-cpu-sse42.so" in doctor.stdout, doctor.stdout + doctor.stderr[-2000:]
+    assert "our kernels            mxfp4=stock bf16=stock (not in use)" in doctor.stdout
+    generate = ["generate", "def fibonacci(n):", "-n", "12", "--raw"]
+    there = subprocess.run([*nehalem, *generate], cwd=REPO, capture_output=True, text=True, timeout=600)
+    here = subprocess.run([*assistant, *generate], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert there.returncode == 0 and here.returncode == 0, there.stderr[-2000:]
+    assert there.stdout == here.stdout and here.stdout.strip()
