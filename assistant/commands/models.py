@@ -23,7 +23,7 @@ def add_arguments(parser):
                             "machine with the memory for it, this set keeps its MXFP4 copy and small draft here and "
                             "sends each verification there. The RPC protocol has no authentication: use it only on "
                             "a network you trust.")
-    remote.add_argument("name", metavar="NAME")
+    remote.add_argument("name", metavar="NAME", help="the model set (see `assistant models list`)")
     remote.add_argument("endpoint", metavar="HOST:PORT|off", help="the ggml-rpc-server's address, or `off`")
 
 
