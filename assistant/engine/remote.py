@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -100,6 +101,9 @@ class RemoteContext:
         self._process = self._to_worker = self._from_worker = None
         handle, self._logits_path = tempfile.mkstemp(prefix="assistant-logits-", dir=_shared_memory_dir())
         os.close(handle)
+        # removed by close(), else when this object is collected or the interpreter exits (a chat that quits
+        # without closing its pipeline); a worker whose parent vanished removes it itself
+        self._remove_file = weakref.finalize(self, Path(self._logits_path).unlink, missing_ok=True)
         self._mapping = None
         self.n_ctx = n_ctx
         try:
@@ -222,9 +226,9 @@ class RemoteContext:
     def close(self) -> None:
         self._stop()
         self._mapping = None  # closed once no view of it is left
-        Path(self._logits_path).unlink(missing_ok=True)
+        self._remove_file()
 
-    def __del__(self):
+    def __del__(self):  # a worker left running would hold the server's only client slot
         try:
             self.close()
         except Exception:
@@ -270,7 +274,8 @@ def work() -> None:
     while True:
         try:
             message = requests.recv()
-        except EOFError:  # the parent is gone
+        except EOFError:  # the parent is gone (killed, perhaps): nothing will remove the shared file but us
+            Path(logits_path).unlink(missing_ok=True)
             break
         if message[0] == "close":
             break
