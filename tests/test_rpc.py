@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from assistant.bench.remote import wait_listening
 from assistant.engine import remote
 from assistant.errors import AssistantError
 from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
@@ -22,14 +23,8 @@ def start_rpc_server(port: int, stderr=subprocess.DEVNULL) -> subprocess.Popen:
 
     server = subprocess.Popen([sys.executable, "-m", "assistant", "rpc-server", "--port", str(port), "--threads", "1"],
                               stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "the RPC server did not start"
-            time.sleep(0.1)
+    wait_listening(server, ("127.0.0.1", port))
+    return server
 
 
 @pytest.fixture(scope="module")

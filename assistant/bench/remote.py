@@ -50,7 +50,7 @@ class RemoteMachine:
                                                      stderr=subprocess.DEVNULL))
                 self.endpoints.append((host, port))
             for server, endpoint in zip(self.servers, self.endpoints):
-                _wait_listening(server, endpoint)
+                wait_listening(server, endpoint)
         except BaseException:
             self.close()
             raise
@@ -99,7 +99,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _wait_listening(server: subprocess.Popen, endpoint: tuple[str, int], seconds: float = 30) -> None:
+def wait_listening(server: subprocess.Popen, endpoint: tuple[str, int], seconds: float = 30) -> None:
+    """Returns once ``server`` accepts connections at ``endpoint``; AssistantError if it exits or takes too long."""
     deadline = time.monotonic() + seconds
     while True:
         try:

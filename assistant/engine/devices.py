@@ -6,20 +6,18 @@ The few functions needed are declared here. The remote device is made with the R
 ``ggml_backend_rpc_add_server`` and handed to one model only (``llama_model_params.devices``), never
 registered globally: the local levels keep to this CPU.
 
-ggml aborts the whole process when an RPC connection fails, so the endpoint is first checked with a plain TCP
-connection that can fail politely."""
+ggml aborts the whole process when an RPC connection fails, so the remote model is driven from a worker
+process (engine/remote.py), which first checks the endpoint with a handshake of its own."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 import os
-import socket
 from pathlib import Path
 
 from assistant.errors import AssistantError
 
-CONNECT_TIMEOUT = 5.0
 CPU_LIBRARY_PREFIX = "libggml-cpu"
 
 
@@ -111,13 +109,10 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 def rpc_device(endpoint: str):
-    """The device served by ``ggml-rpc-server`` at HOST:PORT (a ``ggml_backend_dev_t``)."""
-    host, port = split_endpoint(endpoint)
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
-    except OSError as error:
-        raise AssistantError(f"cannot reach the RPC server at {endpoint} ({error.strerror or error}): is "
-                             "ggml-rpc-server running there?") from None
+    """The device served by ``ggml-rpc-server`` at HOST:PORT (a ``ggml_backend_dev_t``). ggml aborts the
+    process if the server cannot be reached: call it where that is survivable (engine/remote.py's worker,
+    after ``remote.probe``)."""
+    split_endpoint(endpoint)
     from assistant.engine.backend import llama
 
     llama()  # the RPC backend is a module in the portable build

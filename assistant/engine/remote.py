@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from assistant.engine.context import check_evaluation, common_prefix
-from assistant.engine.devices import CONNECT_TIMEOUT, split_endpoint
+from assistant.engine.devices import split_endpoint
 from assistant.errors import AssistantError
 
 # ggml-rpc's handshake: command byte 14 (HELLO), a 64-bit size and 24 bytes of transport capabilities (zero:
@@ -37,6 +37,7 @@ HELLO = 14
 CAPABILITIES = 24
 PROTOCOL = (7, 0, 0)  # RPC_PROTO_*_VERSION of the pinned llama.cpp (ggml-rpc.h; a test compares them)
 
+CONNECT_TIMEOUT = 5.0
 LOAD_SECONDS = 120.0  # a model load may take this long, plus the file's size at 10 MB/s
 LOAD_BYTES_PER_SECOND = 10e6
 EVALUATE_SECONDS = float(os.environ.get("ASSISTANT_RPC_TIMEOUT", "60"))  # silence allowed per evaluation,
@@ -86,7 +87,7 @@ def _receive(connection: socket.socket, count: int) -> bytes:
 
 
 class RemoteContext:
-    """Context's surface (evaluate, reset, behind, tokens, timings) over a model on a ggml-rpc-server."""
+    """Context's surface (evaluate, behind, tokens, timings) over a model on a ggml-rpc-server."""
 
     def __init__(self, model, endpoint: str, n_ctx: int = 4096, threads: int = 1, **options):
         """``model``: the target loaded here with its vocabulary only (tokenizer, template, metadata)."""
@@ -197,7 +198,8 @@ class RemoteContext:
         self.decode_seconds += time.perf_counter() - began
         self.decode_calls += 1
         self.last_batch = reply[1]
-        self.tokens = list(tokens)
+        del self.tokens[keep:]  # the worker's cache now holds the sequence: mirror it by its new tail only
+        self.tokens += tokens[keep:]
         return logits
 
     def _logits(self, rows: int) -> np.ndarray:
@@ -210,12 +212,6 @@ class RemoteContext:
                 # the old mapping is not closed: views of it handed out earlier may live on, and keep it open
                 self._mapping = mmap.mmap(file.fileno(), size)
         return np.frombuffer(self._mapping, dtype=np.float32, count=rows * self.n_vocab).reshape(rows, self.n_vocab)
-
-    def reset(self) -> None:
-        self.tokens = []
-        if self._process is not None:
-            self._to_worker.send(("reset",))
-            self._reply(EVALUATE_SECONDS, "clearing the cache")
 
     def behind(self, sequence) -> int:
         return len(sequence) - common_prefix(self.tokens, sequence.tokens)
@@ -270,7 +266,7 @@ def work() -> None:
         replies.send(("error", str(error)))
         return
     replies.send(("ready", context.n_ctx, context.n_batch))
-    mapping = None
+    mapping, sequence = None, TokenSequence()  # one sequence, so the context compares only what changed
     while True:
         try:
             message = requests.recv()
@@ -279,15 +275,14 @@ def work() -> None:
             break
         if message[0] == "close":
             break
-        if message[0] == "reset":
-            context.reset()
-            replies.send(("done",))
-            continue
         _, keep, new, first_output = message
+        sequence.truncate(keep)
+        sequence.extend(new)
         try:
-            logits = context.evaluate(TokenSequence(context.tokens[:keep] + new), first_output)
+            logits = context.evaluate(sequence, first_output)
         except AssistantError as error:
             context.reset()
+            sequence = TokenSequence()
             replies.send(("error", str(error)))
             continue
         if mapping is None or len(mapping) < logits.nbytes:
