@@ -285,13 +285,13 @@ def test_bf16_pack_round_trips(lib):
 
 
 def test_bf16_widening_paths_agree_bit_for_bit(lib):
-    """The scalar, AVX2 and AVX-512 paths run the same fma sequence (K = 1120 spans three of the vector
-    paths' chunks of 512 values, whose accumulators are stored and reloaded between them)."""
+    """The scalar, AVX2 and AVX-512 paths run the same fma sequence (K = 2560 spans two of the AVX2 path's
+    chunks of 2048 values, the second one short, whose accumulators are stored and reloaded between them)."""
     paths = [p for p in available(lib, "bf16_set_path", BF16_PATHS) if p not in ("avx512-bf16", "amx")]
     assert len(paths) > 1 or platform.machine() != "x86_64" or "avx2" not in Path("/proc/cpuinfo").read_text()
     rng = np.random.default_rng(8)
-    bf = Bf16(lib, random_bf16(rng, 70, 1120))
-    x = rng.standard_normal((11, 1120)).astype(np.float32)
+    bf = Bf16(lib, random_bf16(rng, 70, 2560))
+    x = rng.standard_normal((11, 2560)).astype(np.float32)
     results = []
     for path in paths:
         lib.bf16_set_path(BF16_PATHS[path])

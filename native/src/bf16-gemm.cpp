@@ -131,15 +131,31 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 // accumulators of the common arithmetic, added pairwise at the end (vhaddps puts the 8 rows in order).
 // Against splitting even and odd values into separate vectors this saves a broadcast per two FMAs, and
 // the instruction stream was what held the FMA ports back (A/B on the AVX2-only EPYC).
-template <int NC, int H>
-__attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, int64_t K, const Column * cols,
-                                                   float (*out)[kTile], int h0) {
+//
+// A pass covers the value pairs [begin, end) of K: a batch that takes several passes over a tile goes
+// through K in chunks (see tile_avx2), keeping its accumulators in state between chunks; storing and
+// reloading them changes no bit of the fma sequence.
+struct Pass {
+    int64_t      begin, end;   // value pairs of K
+    bool         first, last;  // start from zero / write the sums to out (else keep them in state)
+    float *      state;        // 2 * H * NC vectors of 8 floats
+    const char * ahead;        // lines to prefetch into L2, spread evenly over the pass: line (i * step) >> 16
+    uint32_t     step;
+};
+
+template <int NC, int H, bool AHEAD>
+__attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
+                                                   int h0, const Pass & pass) {
     const __m256i zero = _mm256_setzero_si256();
     __m256        lo[H][NC], hi[H][NC];
 #    pragma GCC unroll 12
-    for (int i = 0; i < H * NC; ++i) lo[i / NC][i % NC] = hi[i / NC][i % NC] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < K / 2; ++p) {
+    for (int i = 0; i < H * NC; ++i) {
+        lo[i / NC][i % NC] = pass.first ? _mm256_setzero_ps() : _mm256_load_ps(pass.state + 16 * i);
+        hi[i / NC][i % NC] = pass.first ? _mm256_setzero_ps() : _mm256_load_ps(pass.state + 16 * i + 8);
+    }
+    for (int64_t p = pass.begin; p < pass.end; ++p) {
         _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
+        if (AHEAD) _mm_prefetch(pass.ahead + (((uint64_t) (p - pass.begin) * pass.step) >> 16) * 64, _MM_HINT_T1);
         __m256 wl[H], wh[H];
 #    pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
@@ -159,18 +175,83 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, int64_
     }
 #    pragma GCC unroll 12
     for (int i = 0; i < H * NC; ++i) {
-        _mm256_storeu_ps(out[i % NC] + 8 * (h0 + i / NC), _mm256_hadd_ps(lo[i / NC][i % NC], hi[i / NC][i % NC]));
+        if (pass.last) {
+            _mm256_storeu_ps(out[i % NC] + 8 * (h0 + i / NC), _mm256_hadd_ps(lo[i / NC][i % NC], hi[i / NC][i % NC]));
+        } else {
+            _mm256_store_ps(pass.state + 16 * i, lo[i / NC][i % NC]);
+            _mm256_store_ps(pass.state + 16 * i + 8, hi[i / NC][i % NC]);
+        }
     }
 }
 
+// One group of NC columns: both halves at once for NC <= 2 (one pass), else one half per pass.
 template <int NC>
-__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, int64_t K, const Column * cols,
-                                                   float (*out)[kTile]) {
+__attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
+                                                    const Pass * passes) {
     if (NC <= 2) {
-        rows_avx2<NC, 2>(tile, K, cols, out, 0);
+        if (passes[0].ahead) rows_avx2<NC, 2, true>(tile, cols, out, 0, passes[0]);
+        else rows_avx2<NC, 2, false>(tile, cols, out, 0, passes[0]);
     } else {
-        rows_avx2<NC, 1>(tile, K, cols, out, 0);
-        rows_avx2<NC, 1>(tile, K, cols, out, 1);
+        for (int h = 0; h < 2; ++h) {
+            if (passes[h].ahead) rows_avx2<NC, 1, true>(tile, cols, out, h, passes[h]);
+            else rows_avx2<NC, 1, false>(tile, cols, out, h, passes[h]);
+        }
+    }
+}
+
+using GroupFn = void (*)(const uint16_t *, const Column *, float (*)[kTile], const Pass *);
+const GroupFn kAvx2[6] = {group_avx2<1>, group_avx2<2>, group_avx2<3>, group_avx2<4>, group_avx2<5>, group_avx2<6>};
+constexpr int kAvx2Columns = 6;
+
+// Value pairs per chunk of K when a batch takes several passes over a tile: 16 rows x 2048 values = 64 KB of
+// weights, so a chunk and the next one being fetched stay in L2 whatever K is. Measured on the EPYC
+// (N = 8..16): 1024 pairs beat 64..512 by 2-8%, and 2048 gained nothing more.
+constexpr int64_t kChunkPairs = 1024;
+
+// One 16-row tile against N columns on AVX2; next is the following tile's weights (null for none). A
+// verification batch (2 < N <= 16) takes several passes over each part of the tile. Whole-K passes fetched
+// the tile from DRAM in the first pass only, and the memory bus sat idle through the others (N = 8 cost
+// 1.7x N = 1, though its FMA work alone takes about as long as reading the weights). In chunks, every pass prefetches its share of the next
+// chunk, so DRAM streams the whole time. Prompts keep whole-K passes: they are compute-bound, and their
+// columns are what needs the cache.
+__attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const char * next, int64_t K,
+                                                   const Column * cols, int64_t N, float * dst,
+                                                   int64_t dst_stride, int R) {
+    const int64_t pairs  = K / 2;
+    int           passes = 0;
+    for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) passes += std::min<int64_t>(kAvx2Columns, N - j0) <= 2 ? 1 : 2;
+    const bool    chunked = passes > 1 && N <= 16;
+    const int64_t chunk   = chunked ? kChunkPairs : pairs;
+    alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];
+    float             out[kAvx2Columns][kTile];
+    for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
+        const int64_t c1 = std::min(pairs, c0 + chunk);
+        // The next chunk: the rest of this tile's K, or the next tile's first chunk.
+        const char *  ahead = nullptr;
+        int64_t       lines = 0;
+        if (chunked && c1 < pairs) {
+            ahead = (const char *) (tile + c1 * 2 * kTile);
+            lines = std::min(chunk, pairs - c1);
+        } else if (chunked && next) {
+            ahead = next;
+            lines = std::min(chunk, pairs);
+        }
+        const int64_t share = (lines + passes - 1) / passes;
+        int           q     = 0;
+        for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) {
+            const int nc = (int) std::min<int64_t>(kAvx2Columns, N - j0);
+            Pass      pass[2];
+            for (int h = 0; h < (nc <= 2 ? 1 : 2); ++h, ++q) {
+                const int64_t first = std::min(q * share, lines);
+                pass[h] = {c0, c1, c0 == 0, c1 == pairs, chunked ? state[q] : nullptr,
+                           first < lines ? ahead + first * 64 : nullptr,
+                           (uint32_t) ((std::min(share, lines - first) << 16) / (c1 - c0))};
+            }
+            kAvx2[nc - 1](tile, cols + j0, out, pass);
+            if (c1 == pairs) {
+                for (int j = 0; j < nc; ++j) std::memcpy(dst + (j0 + j) * dst_stride, out[j], R * sizeof(float));
+            }
+        }
     }
 }
 
@@ -178,7 +259,6 @@ const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, t
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
-const TileFn kAvx2[6]       = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 #endif  // BF16_X86
 
 #ifdef BF16_NEON
@@ -580,8 +660,13 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
         return;
     }
 #endif
-    const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : path == BF16_PATH_AVX2 ? 6 : 4;
+    const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : 4;
     thread_local std::vector<uint16_t> wide;
+    thread_local std::vector<Column>   all;  // AVX2 takes every column at once
+    if (path == BF16_PATH_AVX2) {
+        all.resize(N);
+        for (int64_t j = 0; j < N; ++j) all[j] = column(act, act_stride, j, K);
+    }
     Column cols[8];
     float  out[8][kTile];
     for (int64_t t0 = row_begin; t0 < row_end; t0 += kTile) {
@@ -591,6 +676,14 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
             widen_tile(tile, R, K, wide);
             tile = wide.data();
         }
+#ifdef BF16_X86
+        if (path == BF16_PATH_AVX2) {
+            const bool   more = t0 + kTile < row_end;
+            const char * next = more ? (const char *) ((const uint16_t *) packed + (t0 + kTile) * K) : nullptr;
+            tile_avx2(tile, next, K, all.data(), N, dst + t0, dst_stride, R);
+            continue;
+        }
+#endif
         for (int64_t j0 = 0; j0 < N; j0 += step) {
             const int nc = (int) std::min<int64_t>(step, N - j0);
             for (int j = 0; j < nc; ++j) cols[j] = column(act, act_stride, j0 + j, K);
@@ -598,7 +691,6 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
 #ifdef BF16_X86
                 case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
                 case BF16_PATH_AVX512: kAvx512[nc - 1](tile, K, cols, out); break;
-                case BF16_PATH_AVX2: kAvx2[nc - 1](tile, K, cols, out); break;
 #endif
 #ifdef BF16_NEON
                 case BF16_PATH_NEON: kNeon[nc - 1](tile, K, cols, out); break;

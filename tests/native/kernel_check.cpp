@@ -129,7 +129,7 @@ void check_mxfp4(std::mt19937 & rng) {
 }
 
 void check_bf16(std::mt19937 & rng) {
-    const int64_t M = 45, K = 1120, N = 9;  // K spans three of the vector paths' chunks
+    const int64_t M = 45, K = 2080, N = 9;  // K spans two of the AVX2 path's chunks of 2048 values, the second short
     std::vector<uint16_t> w(M * K), packed(M * K);
     for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));  // |x| in [2^-7, 2^-5)
     bf16_pack(w.data(), packed.data(), M, K);
