@@ -211,9 +211,9 @@ constexpr int64_t kChunkPairs = 1024;
 // One 16-row tile against N columns on AVX2; next is the following tile's weights (null for none). A
 // verification batch (2 < N <= 16) takes several passes over each part of the tile. Whole-K passes fetched
 // the tile from DRAM in the first pass only, and the memory bus sat idle through the others (N = 8 cost
-// 1.7x N = 1, though its FMA work alone takes about as long as reading the weights). In chunks, every pass prefetches its share of the next
-// chunk, so DRAM streams the whole time. Prompts keep whole-K passes: they are compute-bound, and their
-// columns are what needs the cache.
+// 1.7x N = 1, though its FMA work alone takes about as long as reading the weights). In chunks, every pass
+// prefetches its share of the next chunk, so DRAM streams the whole time (N = 8: 1.25-1.4x N = 1). Prompts
+// keep whole-K passes: they are compute-bound, and there the columns are what needs the cache.
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const char * next, int64_t K,
                                                    const Column * cols, int64_t N, float * dst,
                                                    int64_t dst_stride, int R) {
