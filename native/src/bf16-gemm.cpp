@@ -222,7 +222,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
     for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) passes += std::min<int64_t>(kAvx2Columns, N - j0) <= 2 ? 1 : 2;
     const bool    chunked = passes > 1 && N <= 16;
     const int64_t chunk   = chunked ? kChunkPairs : pairs;
-    alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];
+    alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];  // one per pass: N <= 16 makes at most 3 groups, 6 passes
     float             out[kAvx2Columns][kTile];
     for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
         const int64_t c1 = std::min(pairs, c0 + chunk);
