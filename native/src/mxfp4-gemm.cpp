@@ -168,17 +168,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
 
-// The 256-bit paths (AVX-VNNI, AVX2) do a tile as two halves of 8 rows (16 vector registers), one after
-// the other. One half of a block expands into 8 vectors of code value * 2 + 12 (the unsigned operand of
-// vpdpbusd and vpmaddubsw; w[c]: values 4c..4c+3 of each row, w[c + 4]: values 16 + 4c..) and its 8 weight
-// scales, taken from the exponent bits directly (2^(e - 128) is the float with exponent field e - 1;
-// gathers are slow on the CPUs these paths serve). An exponent e <= 1 gives a subnormal scale, which the
-// denormal flush makes zero on every path.
+inline void prefetch_ahead(const uint8_t * blk) {
+#    pragma GCC unroll 5
+    for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+}
+
+// The 256-bit paths (AVX-VNNI, AVX2) see a tile as two halves of 8 rows. One half of a block expands into
+// 8 vectors of code value * 2 + 12 (the unsigned operand of vpdpbusd and vpmaddubsw; w[c]: values 4c..4c+3
+// of each row, w[c + 4]: values 16 + 4c..) and its 8 weight scales, taken from the exponent bits directly
+// (2^(e - 128) is the float with exponent field e - 1; gathers are slow on the CPUs these paths serve). An
+// exponent e <= 1 gives a subnormal scale, which the denormal flush makes zero on every path.
 __attribute__((target("avx2,fma"))) inline void expand_half(const uint8_t * blk, int h, __m256i * w, __m256 & ws) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(MXFP4_LUT_BYTES));
     const __m256i low = _mm256_set1_epi8(0x0f);
-#    pragma GCC unroll 5
-    for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, _MM_HINT_T0);
     const __m256i e = _mm256_cvtepu8_epi32(_mm_subs_epu8(_mm_loadl_epi64((const __m128i *) (blk + 8 * h)), _mm_set1_epi8(1)));
     ws = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 #    pragma GCC unroll 4
@@ -189,6 +191,7 @@ __attribute__((target("avx2,fma"))) inline void expand_half(const uint8_t * blk,
     }
 }
 
+// AVX-VNNI: one half after the other, its 8 expanded vectors in registers while all NC columns use them.
 template <int NC>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
                                                                float (*out)[kTile]) {
@@ -199,6 +202,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
         for (int64_t b = 0; b < nb; ++b) {
             __m256  ws;
             __m256i w[8];
+            prefetch_ahead(tile + b * kTile * MXFP4_BLOCK_BYTES);
             expand_half(tile + b * kTile * MXFP4_BLOCK_BYTES, h, w, ws);
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) {
@@ -225,37 +229,57 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // AVX2 without VNNI: vpmaddubsw multiplies the unsigned expanded weights by the signed activations and
 // adds neighbouring pairs into int16 (|pair| <= 2 * 24 * 127 = 6096), four such vectors still fit int16
 // (24384), and vpmaddwd by ones widens them to int32: the same exact isum as vpdpbusd gives.
+// Both halves of a block are expanded together and each broadcast activation group serves both: the tile
+// is read once per pass instead of twice, and a column costs half the broadcasts. The 16 expanded vectors
+// do not all fit in registers beside up to 12 accumulators, so some are read from L1 as memory operands;
+// that costs less than a second pass. Measured on the EPYC (Zen 3, 2 threads, 1.1 GB, against one half
+// after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6 0.82x, N = 16 0.94x.
 template <int NC>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[NC];
-#    pragma GCC unroll 4
-        for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            __m256  ws;
-            __m256i w[8];
-            expand_half(tile + b * kTile * MXFP4_BLOCK_BYTES, h, w, ws);
-#    pragma GCC unroll 4
-            for (int j = 0; j < NC; ++j) {
-                const int8_t * q = cols[j].q + b * kBlock;
-                __m256i s[2];
+    __m256 acc[NC][2];
+#    pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+        __m256  ws[2];
+        __m256i w[2][8];
+        prefetch_ahead(blk);
+        expand_half(blk, 0, w[0], ws[0]);
+        expand_half(blk, 1, w[1], ws[1]);
+#    pragma GCC unroll 6
+        for (int j = 0; j < NC; ++j) {
+            const int8_t * q = cols[j].q + b * kBlock;
+            __m256i s[2][2];
 #    pragma GCC unroll 2
-                for (int g = 0; g < 2; ++g) {
-                    const __m256i p0 = _mm256_maddubs_epi16(w[4 * g + 0], _mm256_set1_epi32(load_i32(q + 16 * g + 0)));
-                    const __m256i p1 = _mm256_maddubs_epi16(w[4 * g + 1], _mm256_set1_epi32(load_i32(q + 16 * g + 4)));
-                    const __m256i p2 = _mm256_maddubs_epi16(w[4 * g + 2], _mm256_set1_epi32(load_i32(q + 16 * g + 8)));
-                    const __m256i p3 = _mm256_maddubs_epi16(w[4 * g + 3], _mm256_set1_epi32(load_i32(q + 16 * g + 12)));
-                    s[g] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), ones);
+            for (int g = 0; g < 2; ++g) {
+                const __m256i a0 = _mm256_set1_epi32(load_i32(q + 16 * g + 0));
+                const __m256i a1 = _mm256_set1_epi32(load_i32(q + 16 * g + 4));
+                const __m256i a2 = _mm256_set1_epi32(load_i32(q + 16 * g + 8));
+                const __m256i a3 = _mm256_set1_epi32(load_i32(q + 16 * g + 12));
+#    pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i p0 = _mm256_maddubs_epi16(w[h][4 * g + 0], a0);
+                    const __m256i p1 = _mm256_maddubs_epi16(w[h][4 * g + 1], a1);
+                    const __m256i p2 = _mm256_maddubs_epi16(w[h][4 * g + 2], a2);
+                    const __m256i p3 = _mm256_maddubs_epi16(w[h][4 * g + 3], a3);
+                    s[h][g] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), ones);
                 }
-                const __m256i isum  = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_set1_epi32(cols[j].bias[b]));
-                const __m256  scale = _mm256_mul_ps(ws, _mm256_set1_ps(cols[j].d[b]));
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
+            }
+            const __m256i bias = _mm256_set1_epi32(cols[j].bias[b]);
+            const __m256  d    = _mm256_set1_ps(cols[j].d[b]);
+#    pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m256i isum = _mm256_add_epi32(_mm256_add_epi32(s[h][0], s[h][1]), bias);
+                acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(ws[h], d), acc[j][h]);
             }
         }
-#    pragma GCC unroll 4
-        for (int j = 0; j < NC; ++j) _mm256_storeu_ps(out[j] + 8 * h, acc[j]);
+    }
+#    pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+        _mm256_storeu_ps(out[j], acc[j][0]);
+        _mm256_storeu_ps(out[j] + 8, acc[j][1]);
     }
 }
 
@@ -379,7 +403,7 @@ const AmxTileFn kAmx[16] = {tile_amx<1>,  tile_amx<2>,  tile_amx<3>,  tile_amx<4
 const TileFn kAvx512[8] = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                            tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
 const TileFn kAvxVnni[4] = {tile_avxvnni<1>, tile_avxvnni<2>, tile_avxvnni<3>, tile_avxvnni<4>};
-const TileFn kAvx2[4]    = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>};
+const TileFn kAvx2[6]    = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 
 __attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x, int8_t * q, float * d,
                                                                    int32_t * bias, int64_t K) {
@@ -636,7 +660,7 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
     const FlushDenormals flush;
     const int64_t nb   = K / kBlock;
     const int     path = current() == MXFP4_PATH_AMX && N < kAmxMinColumns ? MXFP4_PATH_AVX512_VNNI : current();
-    const int     step = path == MXFP4_PATH_AMX ? 16 : path == MXFP4_PATH_AVX512_VNNI ? 8 : 4;
+    const int     step = path == MXFP4_PATH_AMX ? 16 : path == MXFP4_PATH_AVX512_VNNI ? 8 : path == MXFP4_PATH_AVX2 ? 6 : 4;
     thread_local std::vector<uint8_t> wide;
     Column cols[16];
     float  out[16][kTile];
