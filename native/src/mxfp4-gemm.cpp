@@ -231,9 +231,11 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // (24384), and vpmaddwd by ones widens them to int32: the same exact isum as vpdpbusd gives.
 // Both halves of a block are expanded together and each broadcast activation group serves both: the tile
 // is read once per pass instead of twice, and a column costs half the broadcasts. The 16 expanded vectors
-// do not all fit in registers beside up to 12 accumulators, so some are read from L1 as memory operands;
-// that costs less than a second pass. Measured on the EPYC (Zen 3, 2 threads, 1.1 GB, against one half
-// after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6 0.82x, N = 16 0.94x.
+// do not all fit in registers beside up to 12 accumulators, so the compiler reloads some from the stack
+// (L1) for each column; that costs less than a second pass. Measured on the EPYC (Zen 3, 2 threads, 1.1 GB,
+// against one half after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6
+// 0.82x, N = 16 0.94x. Compute-bound, a column costs ~21 cycles per 16-row block (L1-resident); Zen 3 runs
+// vpmaddubsw, vpmaddwd, vcvtdq2ps and vfmadd on the same two pipes, so its 24 such operations bound it at 12.
 template <int NC>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
