@@ -235,7 +235,8 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // (L1) for each column; that costs less than a second pass. Measured on the EPYC (Zen 3, 2 threads, 1.1 GB,
 // against one half after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6
 // 0.82x, N = 16 0.94x. Compute-bound, a column costs ~21 cycles per 16-row block (L1-resident); Zen 3 runs
-// vpmaddubsw, vpmaddwd, vcvtdq2ps and vfmadd on the same two pipes, so its 24 such operations bound it at 12.
+// vpmaddubsw and vpmaddwd on two pipes (vcvtdq2ps and vfmadd compete for them), so its 20 multiplies
+// bound it at 10: about half of the time goes elsewhere, most likely to reloading the weight vectors.
 template <int NC>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
