@@ -104,6 +104,9 @@ def test_summary_speedups_are_per_prompt_ratios_with_geomean():
     row = result["sd-draft"]
     assert row["speedup_geomean"] == pytest.approx(1.0)  # sqrt(2 * 0.5)
     assert (row["speedup_min"], row["speedup_max"]) == (0.5, 2.0)
+    low, high = row["speedup_interval"]
+    assert 0.5 <= low < 1.0 < high <= 2.0  # resampling two prompts: both halves, or one of each
+    assert result["target"]["speedup_interval"] == pytest.approx((1.0, 1.0))
     assert row["differing_prompts"] == 1
     assert row["levels"][1]["acceptance"] == 0.5 and row["levels"][1]["time_share"] == 0.25
 

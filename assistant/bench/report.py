@@ -69,6 +69,10 @@ def _x(value) -> str:
     return f"{value:.2f}x" if value else "—"
 
 
+def _interval(bounds) -> str:
+    return f"{bounds[0]:.2f}-{bounds[1]:.2f}x" if bounds else "—"
+
+
 def _pct(value) -> str:
     return f"{100 * value:.1f}%" if value is not None else "—"
 
@@ -124,10 +128,10 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
                      f"weights at full bandwidth): {light:.1f} tokens/s; the x SoL column divides tokens/s by it.")
     lines += [
         "",
-        "| pipeline | speedup over (i) (geomean) | min | median | max | over (o) llama.cpp plain (geomean) "
-        "| tokens/s (median) | x SoL | prompts differing from (i) "
+        "| pipeline | speedup over (i) (geomean) | 95% interval | min | median | max "
+        "| over (o) llama.cpp plain (geomean) | tokens/s (median) | x SoL | prompts differing from (i) "
         "| paper, QA Llama2-7B (Table I) | paper, code Qwen2.5-Coder-7B (Table II/III) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, row in summary.items():
         paper = PAPER.get(key, {})
@@ -136,7 +140,8 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
             best = workload["llama_cpp_best"]
             label += f" ({best['draft']} draft, n={best['draft_length']})"
         lines.append(
-            f"| {label} | {_x(row['speedup_geomean'])} | {_x(row['speedup_min'])} | {_x(row['speedup_median'])} "
+            f"| {label} | {_x(row['speedup_geomean'])} | {_interval(row.get('speedup_interval'))} "
+            f"| {_x(row['speedup_min'])} | {_x(row['speedup_median'])} "
             f"| {_x(row['speedup_max'])} | {_x(row.get('speedup_over_plain_geomean'))} "
             f"| {row['tokens_per_second_median']:.1f} "
             f"| {_x(row['tokens_per_second_median'] / light if light else None)} | {row['differing_prompts']} of "
@@ -196,7 +201,8 @@ def _goals(summary: dict) -> list[str]:
     best = max(multi, key=lambda key: summary[key]["speedup_geomean"])
     value = summary[best]["speedup_geomean"]
     lines = [f"Goals (best multi-level pipeline: {LABELS[best]}):", "",
-             f"- {value:.2f}x over the target alone (goal {GOAL_SPEEDUP:.1f}x, paper 2.72x): "
+             f"- {value:.2f}x over the target alone (95% interval over prompts "
+             f"{_interval(summary[best].get('speedup_interval'))}; goal {GOAL_SPEEDUP:.1f}x, paper 2.72x): "
              f"{'met' if value >= GOAL_SPEEDUP else 'not met'}"]
     if LLAMA_CPP in summary and summary[LLAMA_CPP]["speedup_geomean"]:
         ratio = value / summary[LLAMA_CPP]["speedup_geomean"]

@@ -2,7 +2,9 @@
 
 Speedup on a prompt is the pipeline's tokens/s over the target's tokens/s on the same prompt (for a fixed
 token budget that is the ratio of times; it also stays fair when llama.cpp overshoots the budget by part of
-a draft). Per level: alpha = accepted / proposed over all prompts, tau = mean accepted length averaged over
+a draft). Beside the geomean goes a bootstrap interval over the prompts: an adaptive pipeline run twice in one
+interleaved run differs by up to 20% on a prompt (its exploration follows measured timings), so a geomean
+over 4 prompts moves by ~0.1x from run to run, and the interval says how far. Per level: alpha = accepted / proposed over all prompts, tau = mean accepted length averaged over
 prompts, and the share of generation time spent decoding in that level's context.
 """
 
@@ -11,12 +13,25 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
+
 from assistant.bench.pipelines import BASELINE, PLAIN
 
 
 def geomean(values: list[float]) -> float:
     values = [v for v in values if v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+
+
+def geomean_interval(values: list[float], level: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """Bootstrap percentile interval of the geomean: prompts drawn again with replacement (fixed seed, so a
+    report reproduces); a single prompt gives no spread."""
+    logs = np.log([v for v in values if v > 0])
+    if logs.size < 2:
+        return (geomean(values),) * 2
+    draws = np.random.default_rng(0).integers(0, logs.size, (resamples, logs.size))
+    low, high = np.quantile(logs[draws].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
+    return float(np.exp(low)), float(np.exp(high))
 
 
 def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
@@ -34,6 +49,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
         summary[key] = {
             "prompts": len(records),
             "speedup_geomean": geomean(speedups),
+            "speedup_interval": geomean_interval(speedups),
             "speedup_over_plain_geomean": geomean(over_plain) if plain else None,
             "speedup_min": min(speedups),
             "speedup_median": statistics.median(speedups),
