@@ -4,8 +4,9 @@ Speedup on a prompt is the pipeline's tokens/s over the target's tokens/s on the
 token budget that is the ratio of times; it also stays fair when llama.cpp overshoots the budget by part of
 a draft). Beside the geomean goes a bootstrap interval over the prompts: an adaptive pipeline run twice in one
 interleaved run differs by up to 20% on a prompt (its exploration follows measured timings), so a geomean
-over 4 prompts moves by ~0.1x from run to run, and the interval says how far. Per level: alpha = accepted / proposed over all prompts, tau = mean accepted length averaged over
-prompts, and the share of generation time spent decoding in that level's context.
+over 4 prompts moves by ~0.1x from run to run, and the interval says how far. Per level: alpha = accepted /
+proposed over all prompts, tau = mean accepted length averaged over prompts, and the share of generation
+time spent decoding in that level's context.
 """
 
 from __future__ import annotations

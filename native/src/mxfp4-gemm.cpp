@@ -200,10 +200,11 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 #    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            __m256  ws;
-            __m256i w[8];
-            prefetch_ahead(tile + b * kTile * MXFP4_BLOCK_BYTES);
-            expand_half(tile + b * kTile * MXFP4_BLOCK_BYTES, h, w, ws);
+            const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+            __m256          ws;
+            __m256i         w[8];
+            prefetch_ahead(blk);
+            expand_half(blk, h, w, ws);
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) {
                 const int8_t * q  = cols[j].q + b * kBlock;
