@@ -43,6 +43,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
         assert row["differing_prompts"] == 0 or key == "llama.cpp-plain", key  # (o) is not the lossless set-up
         assert row["tokens"] >= 1
         assert row["speedup_geomean"] > 0 and row["speedup_over_plain_geomean"] > 0
+        assert row["speedup_after_prompt_geomean"] > 0 and 0 < row["prompt_share"] < 1
     assert workload["summary"]["target"]["speedup_geomean"] == pytest.approx(1.0)
     assert workload["summary"]["llama.cpp-plain"]["speedup_over_plain_geomean"] == pytest.approx(1.0)
     mlsd = workload["summary"]["mlsd"]["levels"]
@@ -50,6 +51,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert 0 < mlsd[1]["acceptance"] <= 1 and mlsd[1]["proposed"] > 0
     text = (out / "bench.md").read_text()
     assert "| (iv) ML-SpecQD, 3 levels, k=8 |" in text and "2.72x" in text and "Machine:" in text
+    assert "| after the prompt (geomean) |" in text and "- after the prompt " in text
     assert "Adaptive policy:" in text and "the best fixed pipeline" in text and "Target rounds per chain shape" in text
     rows = [line for line in text.splitlines() if line.startswith("| (")]
     assert rows[0].startswith("| (o) llama.cpp plain decoding") and "over (o) llama.cpp plain" in text
@@ -73,7 +75,8 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     ours = "".join(e.text for e in events if not isinstance(e, Stats))
     result = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
     assert result.drafted > 0 and 0 < result.accepted <= result.drafted
-    assert result.seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
+    assert result.seconds > result.prompt_seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
+    assert 0 < events[-1].prompt_seconds < events[-1].seconds
     assert result.text.startswith(ours) and len(ours) > 0
 
 
@@ -96,12 +99,18 @@ def test_summary_speedups_are_per_prompt_ratios_with_geomean():
                  "seconds": 0.5}
         draft = {"role": "draft", "proposed": 10, "accepted": 5, "acceptance": 0.5, "mean_accepted_length": 2.0,
                  "seconds": 0.25}
-        return {"tokens_per_second": tps, "seconds": 1.0, "new_tokens": int(tps), "identical": identical,
-                "levels": [level, draft]}
+        return {"tokens_per_second": tps, "seconds": 1.0, "prompt_seconds": 0.5, "new_tokens": int(tps),
+                "identical": identical, "levels": [level, draft]}
 
     runs = {"target": [record(100), record(100)], "sd-draft": [record(200), record(50, identical=False)]}
+    runs["sd-draft"][0]["prompt_seconds"] = 0.75  # then 200 tokens in 0.25 s: 4x the target's 100 in 0.5 s
     result = summary.summarize(runs)
     row = result["sd-draft"]
+    assert row["speedup_after_prompt_geomean"] == pytest.approx(2 ** 0.5)  # sqrt(4 * 0.5)
+    assert result["target"]["prompt_share"] == pytest.approx(0.5) and row["prompt_share"] == pytest.approx(0.625)
+    del runs["sd-draft"][1]["prompt_seconds"]
+    untimed = summary.summarize(runs)["sd-draft"]
+    assert untimed["prompt_share"] is None and untimed["speedup_after_prompt_geomean"] == pytest.approx(4.0)
     assert row["speedup_geomean"] == pytest.approx(1.0)  # sqrt(2 * 0.5)
     assert (row["speedup_min"], row["speedup_max"]) == (0.5, 2.0)
     low, high = row["speedup_interval"]

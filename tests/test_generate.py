@@ -1,6 +1,7 @@
 """`assistant generate` as a user runs it: streamed text, --json, --stats, and clear one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -42,6 +43,7 @@ def test_prompt_from_stdin_streams_text_and_stats(chain, bench_gguf):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     assert "tokens/s" in result.stderr and "level 1    draft" in result.stderr and "alpha" in result.stderr
+    assert re.search(r"prompt \d+ tokens in \d+\.\d\d s, then \d+\.\d tokens/s", result.stderr), result.stderr
 
 
 def test_sampling_is_reproducible_with_a_seed(chain, tmp_path):

@@ -28,6 +28,7 @@ class SpeculativeRun:
     new_tokens: int
     prompt_tokens: int
     seconds: float  # encode + decode, as printed by the program
+    prompt_seconds: float  # encode
     drafted: int
     accepted: int
 
@@ -38,6 +39,7 @@ class SpeculativeRun:
         return {
             "text": self.text,
             "seconds": self.seconds,
+            "prompt_seconds": self.prompt_seconds,
             "new_tokens": self.new_tokens,
             "prompt_tokens": self.prompt_tokens,
             "levels": [
@@ -86,6 +88,7 @@ def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:
         new_tokens=int(decoded.group(1)),
         prompt_tokens=int(encoded.group(1)),
         seconds=float(encoded.group(2)) + float(decoded.group(2)),
+        prompt_seconds=float(encoded.group(2)),
         drafted=counters["n_drafted"],
         accepted=counters.get("n_accept", 0),
     )

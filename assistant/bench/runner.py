@@ -149,6 +149,7 @@ def _record(prompt: dict, index: int, reply: dict) -> dict:
     record = {
         "prompt": prompt.get("id", str(index)),
         "seconds": seconds,
+        "prompt_seconds": reply.get("prompt_seconds"),
         "new_tokens": reply["new_tokens"],
         "prompt_tokens": reply["prompt_tokens"],
         "tokens_per_second": reply["new_tokens"] / seconds if seconds > 0 else 0.0,

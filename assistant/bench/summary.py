@@ -7,6 +7,11 @@ interleaved run differs by up to 20% on a prompt (its exploration follows measur
 over 4 prompts moves by ~0.1x from run to run, and the interval says how far. Per level: alpha = accepted /
 proposed over all prompts, tau = mean accepted length averaged over prompts, and the share of generation
 time spent decoding in that level's context.
+
+Every pipeline evaluates the prompt with the target before it drafts anything, at the same cost, and on a
+CPU that is compute-bound work speculation cannot shorten: "after the prompt" is the same ratio of the rates
+at which each pipeline generates once the prompt is in (new tokens / (seconds - prompt seconds)), beside the
+prompt's share of the target alone's time. Both are None where a run did not time its prompt.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
                       for r, b in zip(records, plain)] if plain else []
         for record, speedup in zip(records, speedups):
             record["speedup"] = speedup
+        after_prompt = [_generation_rate(r) / _generation_rate(b) for r, b in zip(records, baseline)
+                        if _generation_rate(r) and _generation_rate(b)]
+        timed = all(r.get("prompt_seconds") is not None for r in records)
         total_seconds = sum(r["seconds"] for r in records)
         summary[key] = {
             "prompts": len(records),
@@ -55,6 +63,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "speedup_min": min(speedups),
             "speedup_median": statistics.median(speedups),
             "speedup_max": max(speedups),
+            "speedup_after_prompt_geomean": geomean(after_prompt) if after_prompt else None,
+            "prompt_share": sum(r["prompt_seconds"] for r in records) / total_seconds if timed and total_seconds else None,
             "tokens_per_second_median": statistics.median(r["tokens_per_second"] for r in records),
             "tokens": sum(r["new_tokens"] for r in records),
             "seconds": total_seconds,
@@ -63,6 +73,14 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "shapes": _shapes(records),
         }
     return summary
+
+
+def _generation_rate(record: dict) -> float | None:
+    """New tokens per second once the prompt was in; None where the prompt was not timed."""
+    if record.get("prompt_seconds") is None:
+        return None
+    after = record["seconds"] - record["prompt_seconds"]
+    return record["new_tokens"] / after if after > 0 else None
 
 
 def _shapes(records: list[dict]) -> dict:

@@ -65,6 +65,7 @@ class Worker:
             "text": "".join(pieces),
             "token_levels": levels_of,
             "seconds": seconds,
+            "prompt_seconds": stats.prompt_seconds,
             "new_tokens": stats.new_tokens,
             "prompt_tokens": stats.prompt_tokens,
             "stop_reason": stats.stop_reason,

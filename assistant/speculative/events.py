@@ -48,3 +48,4 @@ class Stats:
     stop_reason: str = "max_tokens"
     shapes: dict[str, int] = field(default_factory=dict)  # chain shape ("target<-draft") -> target rounds in it
     predicted: dict[str, float] = field(default_factory=dict)  # shape -> predicted seconds per token, at the end
+    prompt_seconds: float = 0.0  # of ``seconds``: evaluating the prompt, in every level that does, before drafting

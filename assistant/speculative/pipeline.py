@@ -121,6 +121,7 @@ class Pipeline:
         decode_before = [_decode_seconds(level) for level in self.levels]
         chain = self.chain
         chain.start(TokenSequence(prompt), sampling)
+        prompt_seconds = time.perf_counter() - began
         text = TextStream(self.target)
         stops = StopStrings(stop)
         new_tokens, reason = 0, None
@@ -160,9 +161,9 @@ class Pipeline:
             for token_id, origin, piece in tail:
                 yield TokenEvent(token_id, piece, origin)
         seconds = time.perf_counter() - began
-        yield self._stats(prompt, new_tokens, seconds, reason, decode_before)
+        yield self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before)
 
-    def _stats(self, prompt, new_tokens, seconds, reason, decode_before) -> Stats:
+    def _stats(self, prompt, new_tokens, seconds, prompt_seconds, reason, decode_before) -> Stats:
         """Per-level counts and times, the chain shapes used (rounds each) and the policy's predictions."""
         levels = []
         for level, before in zip(self.levels, decode_before):
@@ -173,7 +174,7 @@ class Pipeline:
             levels.append(LevelStats(**vars(stats)))
         report = self.chain.policy.report(self.roles)
         return Stats(levels, new_tokens, len(prompt), seconds, new_tokens / seconds if seconds > 0 else 0.0, reason,
-                     report["shapes"], report["predicted"])
+                     report["shapes"], report["predicted"], prompt_seconds)
 
     @property
     def context_used(self) -> int:
