@@ -80,6 +80,28 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     assert result.text.startswith(ours) and len(ours) > 0
 
 
+def test_every_worker_run_evaluates_its_whole_prompt(bench_gguf):
+    """The warm-up runs the first prompt and consecutive prompts share the chat template's opening; a run that
+    found them in the cache would skip work llama.cpp's program (a fresh process per prompt) always does."""
+    from assistant.bench.worker import Worker
+
+    worker = Worker()
+    roles = ["target", "mxfp4", "draft"]
+    paths = [str(bench_gguf[name]) for name in ("target_bf16", "target_mxfp4", "draft_bf16")]
+    worker.load({"chain": {"paths": paths, "roles": roles, "draft_length": 4, "confidence": None, "ngram": False}},
+                n_ctx=512, threads=1)
+    messages = [{"role": "user", "content": "Write a function that reverses a string."}]
+    first = worker.run("chain", messages, max_tokens=8)
+    held = []
+    for level in worker.pipelines["chain"].levels:
+        evaluate = level.context.evaluate
+        level.context.evaluate = lambda sequence, first_output, evaluate=evaluate, context=level.context: (
+            held.append(len(context.tokens)), evaluate(sequence, first_output))[1]
+    again = worker.run("chain", messages, max_tokens=8)
+    assert held[0] == 0 and len(held) >= 2  # the target's first evaluation starts from an empty cache
+    assert again["tokens"] == first["tokens"] and again["prompt_seconds"] > 0
+
+
 def test_identity_check_flags_the_first_differing_token():
     base = {"tokens": [1, 2, 3, 4], "text": "abcd", "stop_reason": "max_tokens"}
     runs = {

@@ -3,8 +3,8 @@
 Interleaving makes machine noise (other processes, thermal drift) hit all pipelines alike, so per-prompt
 ratios are fair even on a busy machine. The order of pipelines rotates from prompt to prompt so no one
 pipeline always runs first after llama.cpp's program has flushed the caches. Each pipeline is warmed up
-once; llama.cpp's program gets a small sweep of draft model and draft length first, and its best setting
-is what runs interleaved.
+once; every run then starts from empty caches, as llama.cpp's program does. llama.cpp's program gets a
+small sweep of draft model and draft length first, and its best setting is what runs interleaved.
 """
 
 from __future__ import annotations

@@ -50,6 +50,11 @@ class Worker:
         from assistant.speculative import Sampling, Stats
 
         chain = self.pipelines[pipeline]
+        # Empty caches first, as llama.cpp's program starts: otherwise the prompt the warm-up ran would be
+        # answered without evaluating it, and each prompt would reuse the chat template's opening of the last.
+        for level in chain.levels:
+            if level.is_model:
+                level.context.reset()
         tokens, levels_of, pieces, stats = [], [], [], None
         began = time.perf_counter()
         for event in chain.chat(messages, sampling=Sampling(), max_tokens=max_tokens):
