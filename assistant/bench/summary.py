@@ -11,7 +11,7 @@ time spent decoding in that level's context.
 Every pipeline evaluates the prompt with the target before it drafts anything, at the same cost, and on a
 CPU that is compute-bound work speculation cannot shorten: "after the prompt" is the same ratio of the rates
 at which each pipeline generates once the prompt is in (new tokens / (seconds - prompt seconds)), beside the
-prompt's share of the target alone's time. Both are None where a run did not time its prompt.
+prompt's share of the pipeline's time. Both are None where a run did not time its prompt.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
             "speedup_median": statistics.median(speedups),
             "speedup_max": max(speedups),
             "speedup_after_prompt_geomean": geomean(after_prompt) if after_prompt else None,
-            "prompt_share": sum(r["prompt_seconds"] for r in records) / total_seconds if timed and total_seconds else None,
+            "prompt_share": (sum(r["prompt_seconds"] for r in records) / total_seconds
+                             if timed and total_seconds else None),
             "tokens_per_second_median": statistics.median(r["tokens_per_second"] for r in records),
             "tokens": sum(r["new_tokens"] for r in records),
             "seconds": total_seconds,
