@@ -1,6 +1,14 @@
 """Shared test set-up. Fixtures live in ``tests/fixtures/`` modules, one per area, loaded here."""
 
+import signal
+
 import pytest
+
+# Tests press Ctrl-C on the commands they start (convert, pull, serve). A run started in the background by a
+# non-interactive shell (nohup, `cmd &`, some CI runners) inherits SIGINT ignored, and so would every command
+# it starts, which would then finish instead of stopping. A handler here is reset to the default on exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = [
     "tests.fixtures.home",
