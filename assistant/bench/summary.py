@@ -42,6 +42,7 @@ def geomean_interval(values: list[float], level: float = 0.95, resamples: int = 
 
 def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
     baseline = runs[BASELINE]
+    baseline_rates = [_generation_rate(record) for record in baseline]
     plain = runs.get(PLAIN)
     summary = {}
     for key, records in runs.items():
@@ -51,8 +52,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
                       for r, b in zip(records, plain)] if plain else []
         for record, speedup in zip(records, speedups):
             record["speedup"] = speedup
-        after_prompt = [_generation_rate(r) / _generation_rate(b) for r, b in zip(records, baseline)
-                        if _generation_rate(r) and _generation_rate(b)]
+        rates = [_generation_rate(record) for record in records]
+        after_prompt = [rate / base for rate, base in zip(rates, baseline_rates) if rate and base]
         timed = all(r.get("prompt_seconds") is not None for r in records)
         total_seconds = sum(r["seconds"] for r in records)
         summary[key] = {

@@ -237,7 +237,8 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // against one half after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6
 // 0.82x, N = 16 0.94x. Compute-bound, a column costs ~21 cycles per 16-row block (L1-resident); Zen 3 runs
 // vpmaddubsw and vpmaddwd on two pipes (vcvtdq2ps and vfmadd compete for them), so its 20 multiplies
-// bound it at 10: about half of the time goes elsewhere, most likely to reloading the weight vectors.
+// bound it at 10. A loop of exactly one column's instructions on L1 data alone takes ~15 cycles (17.7 when
+// each weight load serves two columns), so the expansion and spills cost the rest; ~25% at most is left.
 template <int NC>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
