@@ -64,7 +64,11 @@ class StatusLine(Horizontal):
         self.query_one("#status-state", Label).update(value)
 
     def watch_speed(self, value: str) -> None:
-        self.query_one("#status-speed", Label).update(value)
+        label = self.query_one("#status-speed", Label)
+        label.update(value)
+        # A short row (narrow window, chats panel open) once left the speed one cell ("2"): it keeps up to 24,
+        # and the context and directory after it are cropped instead. Empty, it takes no room.
+        label.styles.min_width = min(len(value), 24)
 
     def watch_context(self, value: str) -> None:
         self.query_one("#status-context", Label).update(value)
