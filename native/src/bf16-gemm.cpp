@@ -122,9 +122,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(even[j], odd[j]));
 }
 
-// 8 rows to a vector and 16 vector registers: H halves of the tile at once, starting at half h0. Small
-// batches take both halves (four chains of FMAs for one column, enough to cover the FMA latency), larger
-// ones one half after the other, up to 6 columns (12 chains keep both FMA ports busy).
+// 8 rows to a vector and 16 vector registers: H halves of the tile at once, starting at half h0. Up to 3
+// columns take both halves in one pass (4 chains of FMAs per column; 3 columns make 12 accumulators, and
+// the two halves' weights and one broadcast fill the 16 registers, so the broadcast is loaded again for
+// the second half rather than kept), 4 to 6 columns one half after the other (8 to 12 chains keep both
+// FMA ports busy; the FMA latency needs 8).
 // The weights widen by interleaving with zeros, so a vector holds two rows' even and odd values side by
 // side ([r0 even, r0 odd, r1 even, r1 odd | r4 ..., r5 ...] and [r2, r3 | r6, r7] likewise), and one
 // 64-bit broadcast of the column's two values feeds both: its lanes are exactly the even and odd
@@ -143,6 +145,15 @@ struct Pass {
     uint32_t     step;
 };
 
+// The same pointer, opaque to the optimiser: for 3 columns and both halves GCC would otherwise merge the
+// halves' loads of one broadcast and keep three broadcasts live, spilling two accumulators to the stack.
+// Elsewhere it is not used: it costs a register move per load, and with 6 columns the loop is already at
+// the 6 instructions a cycle that Zen 3 dispatches (N = 8 took 12% longer with it).
+inline const float * unmerged(const float * p) {
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
 template <int NC, int H, bool AHEAD>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                    int h0, const Pass & pass) {
@@ -156,20 +167,17 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
     for (int64_t p = pass.begin; p < pass.end; ++p) {
         _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
         if (AHEAD) _mm_prefetch(pass.ahead + (((uint64_t) (p - pass.begin) * pass.step) >> 16) * 64, _MM_HINT_T1);
-        __m256 wl[H], wh[H];
 #    pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
-            wl[h] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
-            wh[h] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
-        }
+            const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
+            const __m256  wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+            const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
 #    pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) {
-            const __m256 a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (cols[j].f + 2 * p)));
-#    pragma GCC unroll 2
-            for (int h = 0; h < H; ++h) {
-                lo[h][j] = _mm256_fmadd_ps(wl[h], a, lo[h][j]);
-                hi[h][j] = _mm256_fmadd_ps(wh[h], a, hi[h][j]);
+            for (int j = 0; j < NC; ++j) {
+                const float * f = H > 1 && NC > 2 ? unmerged(cols[j].f) : cols[j].f;
+                const __m256  a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (f + 2 * p)));
+                lo[h][j]       = _mm256_fmadd_ps(wl, a, lo[h][j]);
+                hi[h][j]       = _mm256_fmadd_ps(wh, a, hi[h][j]);
             }
         }
     }
@@ -184,11 +192,11 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
     }
 }
 
-// One group of NC columns: both halves at once for NC <= 2 (one pass), else one half per pass.
+// One group of NC columns: both halves at once for NC <= 3 (one pass), else one half per pass.
 template <int NC>
 __attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                     const Pass * passes) {
-    if (NC <= 2) {
+    if (NC <= 3) {
         if (passes[0].ahead) rows_avx2<NC, 2, true>(tile, cols, out, 0, passes[0]);
         else rows_avx2<NC, 2, false>(tile, cols, out, 0, passes[0]);
     } else {
@@ -202,6 +210,9 @@ __attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const
 using GroupFn = void (*)(const uint16_t *, const Column *, float (*)[kTile], const Pass *);
 const GroupFn kAvx2[6] = {group_avx2<1>, group_avx2<2>, group_avx2<3>, group_avx2<4>, group_avx2<5>, group_avx2<6>};
 constexpr int kAvx2Columns = 6;
+
+// Passes over a tile that a group of nc columns takes (see group_avx2).
+int group_passes(int nc) { return nc <= 3 ? 1 : 2; }
 
 // Value pairs per chunk of K when a batch takes several passes over a tile: 16 rows x 2048 values = 64 KB of
 // weights, so a chunk and the next one being fetched stay in L2 whatever K is. Measured on the EPYC
@@ -219,7 +230,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
                                                    int64_t dst_stride, int R) {
     const int64_t pairs  = K / 2;
     int           passes = 0;
-    for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) passes += std::min<int64_t>(kAvx2Columns, N - j0) <= 2 ? 1 : 2;
+    for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) passes += group_passes((int) std::min<int64_t>(kAvx2Columns, N - j0));
     const bool    chunked = passes > 1 && N <= 16;
     const int64_t chunk   = chunked ? kChunkPairs : pairs;
     alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];  // one per pass: N <= 16 makes at most 3 groups, 6 passes
@@ -241,7 +252,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
         for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) {
             const int nc = (int) std::min<int64_t>(kAvx2Columns, N - j0);
             Pass      pass[2];
-            for (int h = 0; h < (nc <= 2 ? 1 : 2); ++h, ++q) {
+            for (int h = 0; h < group_passes(nc); ++h, ++q) {
                 const int64_t first = std::min(q * share, lines);
                 pass[h] = {c0, c1, c0 == 0, c1 == pairs, chunked ? state[q] : nullptr,
                            first < lines ? ahead + first * 64 : nullptr,
