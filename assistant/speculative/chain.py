@@ -108,7 +108,7 @@ class Chain:
         self._cut(base + accepted)
         self._append(token, index)
         policy.record_verify(index, level.context.last_batch, time.perf_counter() - began, drafted, accepted,
-                             drafter if below is not None else None)
+                             drafter if below is not None else None, asked=wanted)
         if below is not None:
             below.stats.proposed += drafted
             below.stats.accepted += accepted
@@ -157,7 +157,9 @@ class Chain:
         while produced < count:
             logits = context.evaluate(sequence, len(sequence) - 1)[0, : self.n_shared]
             if context.last_batch > 1:  # caught up on tokens it missed while left out: not drafting cost
-                began = time.perf_counter()
+                caught_up = time.perf_counter()
+                self.policy.record_catch_up(index, context.last_batch, caught_up - began)
+                began = caught_up
             if self.greedy:
                 if confidence and produced and top_probability(logits, level.scratch) < confidence:
                     break

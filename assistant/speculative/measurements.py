@@ -31,6 +31,10 @@ class BatchCost:
     def known(self) -> bool:
         return bool(self.count)
 
+    def cheapest_per_token(self) -> float:
+        """The least seconds per token of any measured size: a long batch costs at most this per token."""
+        return min(self.total[n] / self.count[n] / n for n in self.count)
+
     def seconds(self, n: int) -> float:
         if n not in self.count:
             if n not in self._nearest:

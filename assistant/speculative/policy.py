@@ -17,8 +17,9 @@ its levels (the smallest of their acceptances: optimistic, so that a promising s
 Costs describe the machine, so they persist between generations; acceptance describes the text, so each
 generation starts from the previous one's ratios at a small weight. Exploration is bounded: a shape
 predicted r times slower than the best is re-run once in EXPLORE_EVERY * r^3 target rounds, never when
-r > EXPLORE_LIMIT, and only while its levels are nearly in step with the sequence (a level left out for
-long would first have to evaluate every token it missed).
+r > EXPLORE_LIMIT, and only while its levels can catch up on the tokens they missed for at most the price
+of CATCH_UP_BUDGET tokens of the target alone (the small draft can after about a hundred tokens, the MXFP4
+copy after a dozen or two).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SMOOTHING = 2.0  # judged drafts' worth of the prior behind a measured acceptanc
 GENERATION_PRIOR = 4.0  # judged drafts' worth of the last generation's acceptance a new one starts from
 EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast as the best (times r^3)
 EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
-CATCH_UP_LIMIT = MAX_DRAFT + 1  # tokens a level may lag behind and still be explored
+CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
 
 
@@ -72,10 +73,13 @@ class ConstantLength:
         return confidence
 
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int,
-                      drafter: int | None) -> None:
+                      drafter: int | None, asked: int | None = None) -> None:
         pass
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
+        pass
+
+    def record_catch_up(self, level: int, batch: int, seconds: float) -> None:
         pass
 
     def report(self, roles) -> dict:
@@ -156,19 +160,30 @@ class AdaptivePolicy:
 
     # --- measurements -----------------------------------------------------------------------------
     def record_verify(self, level: int, batch: int, seconds: float, drafted: int, accepted: int,
-                      drafter: int | None) -> None:
-        """One verification: its batch and time; with a ``drafter``, how many of its drafts were kept.
+                      drafter: int | None, asked: int | None = None) -> None:
+        """One verification: its batch and time; with a ``drafter``, how many of the ``asked`` drafts
+        it proposed (``drafted``) and how many of those were kept.
 
         Drafts after the first rejected one were never judged (counting them as rejections would make
-        a = 0.9 look like 0.6 at k = 8); a drafter that proposed nothing counts as one rejection.
+        a = 0.9 look like 0.6 at k = 8). A drafter that stopped short of what was asked (an n-gram match
+        that ran out, a draft below its confidence threshold, nothing proposed) counts as one rejection
+        where it stopped: the acceptance is then the chance that the next position yields a kept token,
+        which is what a longer draft length would buy (an n-gram level proposing 1-3 tokens, all kept,
+        otherwise read as a ~ 1 and was predicted several times faster than it ran).
         """
         self.cost[level].add(batch, seconds)
         if drafter is not None:
-            self.pairs[level, drafter].add(accepted, accepted + (accepted < max(drafted, 1)))
+            asked = drafted if asked is None else asked
+            self.pairs[level, drafter].add(accepted, accepted + (accepted < max(drafted, asked, 1)))
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
         """The last level of a shape drafted ``tokens`` in ``seconds`` (catching up excluded)."""
         self.drafting[level].add(seconds, max(tokens, 1))
+
+    def record_catch_up(self, level: int, batch: int, seconds: float) -> None:
+        """The last level of a shape evaluated the ``batch`` tokens it had missed: what re-running a shape
+        with a lagging level costs (``_in_step``), measured instead of guessed from short batches."""
+        self.cost[level].add(batch, seconds)
 
     # --- predictions ------------------------------------------------------------------------------
     def acceptance(self, level: int, drafter: int) -> float:
@@ -226,17 +241,23 @@ class AdaptivePolicy:
         predicted = self.predicted
         ranked = sorted(predicted, key=predicted.get)
         best = ranked[0]
-        lagging = any(behind[level] > CATCH_UP_LIMIT for level in best)
-        if lagging and self.shape in predicted and predicted[best] > (1 - SWITCH_MARGIN) * predicted[self.shape]:
+        if (not self._in_step(best, behind) and self.shape in predicted
+                and predicted[best] > (1 - SWITCH_MARGIN) * predicted[self.shape]):
             best = self.shape
         for shape in ranked[1:]:
             ratio = predicted[shape] / predicted[ranked[0]]
             if ratio > EXPLORE_LIMIT:
                 break
-            if (self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3
-                    and all(behind[level] <= CATCH_UP_LIMIT for level in shape)):
+            if self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3 and self._in_step(shape, behind):
                 return shape
         return best
+
+    def _in_step(self, shape, behind: list[int]) -> bool:
+        """Whether the levels of ``shape`` can evaluate the tokens they missed for at most CATCH_UP_BUDGET
+        tokens of the target alone (each in one batch, at the cheapest rate per token it has measured)."""
+        catch_up = sum(behind[level] * self.cost[level].cheapest_per_token()
+                       for level in shape[1:] if behind[level] > 1 and self.cost[level].known)
+        return catch_up <= CATCH_UP_BUDGET * self.cost[0].seconds(1)
 
     def report(self, roles) -> dict:
         """Rounds per shape in this generation and each candidate's predicted seconds per target token."""
