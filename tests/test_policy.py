@@ -55,7 +55,8 @@ class Machine:
         seconds = self.cost[level](drafted + 1)
         self.clock += seconds
         accepted = judge(self.rng, drafted, self.acceptance[level, drafter]) if drafted else 0
-        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted else None, asked=wanted)
+        exhausted = drafter in self.proposes and drafted < wanted  # only a limited proposer runs out
+        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted else None, exhausted)
         return accepted + 1
 
     def generate(self, policy, generations=6, tokens=128) -> float:

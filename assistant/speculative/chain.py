@@ -93,12 +93,14 @@ class Chain:
         level, below = self.levels[index], None
         base = len(sequence)
         drafted = 0
+        exhausted = False  # the drafter ran out of tokens to propose (an n-gram match ended)
         drafter = policy.drafter(index)
         wanted = min(policy.draft_length(index), room - 1) if drafter is not None else 0
         if wanted > 0:
             below = self.levels[drafter]
             confidence = policy.stop_threshold(index, drafter, self.confidence)
             drafted = self._produce(drafter, wanted, min(policy.verify_room(index, wanted), room - 1), confidence)
+            exhausted = not below.is_model and drafted < wanted
         began = time.perf_counter()
         rows = level.context.evaluate(sequence, base - 1)
         if self.greedy:
@@ -108,7 +110,7 @@ class Chain:
         self._cut(base + accepted)
         self._append(token, index)
         policy.record_verify(index, level.context.last_batch, time.perf_counter() - began, drafted, accepted,
-                             drafter if below is not None else None, asked=wanted)
+                             drafter if below is not None else None, exhausted)
         if below is not None:
             below.stats.proposed += drafted
             below.stats.accepted += accepted
