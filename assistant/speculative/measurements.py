@@ -32,7 +32,8 @@ class BatchCost:
         return bool(self.count)
 
     def cheapest_per_token(self) -> float:
-        """The least seconds per token of any measured size: a long batch costs at most this per token."""
+        """The least seconds per token of any measured size: what a long catch-up batch is taken to cost per
+        token (a longer batch is no dearer per token on our kernels, so this errs high, not low)."""
         return min(self.total[n] / self.count[n] / n for n in self.count)
 
     def seconds(self, n: int) -> float:
