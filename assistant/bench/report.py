@@ -92,8 +92,8 @@ def markdown(report: dict) -> str:
         f"prompts from `{settings['prompts_file']}` (count per workload below), context {settings['n_ctx']}; pipelines "
         "interleaved prompt by prompt (rotating order), each warmed up once, every run from empty caches. Speedup = "
         "tokens/s over (i)'s on the same prompt; geomean over prompts. Our times are wall-clock around the whole "
-        "generation (prompt included); llama.cpp's are the encode + decode times `llama-speculative-simple` prints itself (its model loading "
-        "excluded).",
+        "generation (prompt included); llama.cpp's are the encode + decode times `llama-speculative-simple` "
+        "prints itself (its model loading excluded).",
         f"Total run time: {report['seconds'] / 60:.1f} min.",
         "",
     ]

@@ -230,7 +230,9 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
                                                    int64_t dst_stride, int R) {
     const int64_t pairs  = K / 2;
     int           passes = 0;
-    for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) passes += group_passes((int) std::min<int64_t>(kAvx2Columns, N - j0));
+    for (int64_t j0 = 0; j0 < N; j0 += kAvx2Columns) {
+        passes += group_passes((int) std::min<int64_t>(kAvx2Columns, N - j0));
+    }
     const bool    chunked = passes > 1 && N <= 16;
     const int64_t chunk   = chunked ? kChunkPairs : pairs;
     alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];  // one per pass: N <= 16 makes at most 3 groups, 6 passes
