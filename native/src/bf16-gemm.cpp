@@ -340,13 +340,14 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_configure(int nc) {
         config.bytes_per_row[t] = 64;
         config.rows[t]          = (uint8_t) (t <= 2 ? nc : kTile);
     }
-    _tile_loadconfig(&config);
+    assistant_amx::load_config(config);
 }
 
 // Every 32 values of the two weight streams (1 KB each) is one step; prefetch 4 steps ahead of each.
 template <bool TWO>
 __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t * w0, const uint16_t * w1, int64_t K,
                                                             const uint16_t * act, size_t act_stride) {
+    assistant_amx::tile_loads_see_stores();  // the widened tile and the converted activations
     _tile_zero(0);
     if (TWO) _tile_zero(1);
     for (int64_t b = 0; b < K / 32; ++b) {
@@ -389,6 +390,7 @@ struct Chunk {
 template <bool TWO_CHUNKS, bool TWO_ROWS>
 __attribute__((target("amx-tile,amx-bf16"))) void amx_block(const uint16_t * w0, const uint16_t * w1, int64_t b0,
                                                             int64_t b1, const Chunk & x, const Chunk & y) {
+    assistant_amx::tile_loads_see_stores();  // the short chunk's copies
     if (b0 == 0) {
         _tile_zero(0);
         if (TWO_ROWS) _tile_zero(1);

@@ -308,7 +308,7 @@ __attribute__((target("amx-tile,amx-int8"))) void amx_configure(int columns) {
         config.rows[t]          = (uint8_t) (t >= 4 ? 8 : columns);
         config.bytes_per_row[t] = t == 2 || t == 3 ? kBlock : 64;
     }
-    _tile_loadconfig(&config);
+    assistant_amx::load_config(config);
 }
 
 // Releasing the tiles is an AMX instruction too, so it needs a function compiled for AMX.
@@ -392,6 +392,7 @@ __attribute__((target("avx512f,avx512bw,amx-tile,amx-int8"))) void tile_amx(cons
     for (int64_t b0 = 0; b0 < nb; b0 += kAmxGroup) {
         const int n = (int) std::min<int64_t>(kAmxGroup, nb - b0);
         amx_expand(tile, b0, n, buf);
+        assistant_amx::tile_loads_see_stores();
         amx_multiply(b0, n, a, a_stride, buf);
         amx_finish<NC>(tile, b0, n, cols, buf, acc);
     }
