@@ -105,6 +105,11 @@ def kernel_paths(description: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in description.split() if "=" in part)
 
 
+# What our fastest-to-slowest paths need at the least, by weight type.
+FAST_PATH_NEEDS = {"mxfp4": "AVX2 and FMA on x86-64, the dot-product extension on ARM64",
+                   "bf16": "AVX2 and FMA on x86-64, NEON on ARM64"}
+
+
 def kernel_warnings(description: str, environ=os.environ) -> list[str]:
     """A line for each weight type that does not run a fast path of ours, saying why."""
     warnings = []
@@ -118,5 +123,5 @@ def kernel_warnings(description: str, environ=os.environ) -> list[str]:
             warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel ({variable}=stock)")
         elif path == "stock":
             warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel: this CPU has no fast path of ours for it "
-                            "(x86-64 needs AVX2 and FMA; ARM64 MXFP4 needs the dot-product extension)")
+                            f"(ours need {FAST_PATH_NEEDS.get(kind, 'AVX2 and FMA on x86-64')})")
     return warnings

@@ -6,6 +6,8 @@ for a bundle also its desktop entry and its remote target (its own rpc-server, a
 
 Usage: ``python packaging/smoke.py TARGET...``, each a bundle's tarball or an installed ``assistant`` program
 (a venv install's, for comparison). Prints sizes and times; exits non-zero on the first failure.
+``--cpu MODEL`` runs a bundle's --version, doctor and one generate under ``qemu-x86_64 -cpu MODEL`` instead (a
+Haswell, an EPYC-Milan, a Nehalem: a bundle built on one CPU, checked on others).
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ def clean_environment(home: Path) -> dict[str, str]:
     return {"HOME": str(home), "PATH": "/usr/bin:/bin"}
 
 
-def run(cmd: list, home: Path, cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(part) for part in cmd], env=clean_environment(home), cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+def run(cmd: list, home: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(part) for part in cmd], env=env or clean_environment(home), cwd=cwd,
+                          capture_output=True, text=True, timeout=TIMEOUT)
     if done.returncode != 0:
         raise SmokeError(f"{' '.join(map(str, cmd[1:]))}: exit code {done.returncode}\n{done.stderr[-3000:]}")
     return done
@@ -151,6 +153,33 @@ def smoke_bundle(tarball: Path, workdir: Path) -> list[str]:
             check_remote_target(app / "assistant", home)]
 
 
+def emulated(program: Path, home: Path, cpu: str) -> tuple[list, dict[str, str]]:
+    """The command prefix and environment that run the frozen ``program`` under qemu-x86_64 as ``cpu``.
+    PyInstaller's bootloader (6.x) starts itself again with LD_LIBRARY_PATH set, and qemu-user runs an
+    execve'd program natively: so the variables that mark that second process are set from the start."""
+    env = {**clean_environment(home), "_PYI_ARCHIVE_FILE": str(program), "_PYI_PARENT_PROCESS_LEVEL": "-1",
+           "_PYI_LINUX_PROCESS_NAME": program.name, "LD_LIBRARY_PATH": str(program.parent / "_internal")}
+    return ["qemu-x86_64", "-cpu", cpu, program], env
+
+
+def smoke_bundle_as(cpu: str, tarball: Path, workdir: Path) -> list[str]:
+    """The bundle on another CPU model, emulated: --version, doctor (its CPU variant, our kernels or the
+    warning that they step aside) and generate --stats; no timings (emulation is many times slower)."""
+    home = workdir / "home"
+    home.mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(workdir / "unpacked", filter="tar")
+    launch, env = emulated(workdir / "unpacked" / "assistant" / "assistant", home, cpu)
+    version = run([*launch, "--version"], home, home, env).stdout.strip()
+    doctor = run([*launch, "doctor"], home, home, env).stdout
+    stderr = run([*launch, "generate", PROMPT, "-n", "8", "--stats"], home, home, env).stderr
+    stats = next((line for line in stderr.splitlines() if " tokens in " in line), None)
+    if stats is None:
+        raise SmokeError(f"generate as {cpu} printed no statistics:\n{stderr[-2000:]}")
+    chosen = [line for line in doctor.splitlines() if line.startswith(("CPU variant", "our kernels"))]
+    return [f"bundle {tarball.name} as {cpu} under qemu-x86_64: {version}", *chosen, stats]
+
+
 def smoke_program(program: Path, workdir: Path) -> list[str]:
     home = workdir / "home"
     home.mkdir(parents=True)
@@ -162,12 +191,19 @@ def smoke_program(program: Path, workdir: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="+", type=Path, help="a bundle's .tar.gz or an assistant program")
+    parser.add_argument("--cpu", metavar="MODEL", help="run a bundle under qemu-x86_64 -cpu MODEL (see -cpu help)")
     args = parser.parse_args()
     for target in args.targets:
         workdir = Path(tempfile.mkdtemp(prefix="assistant-smoke-"))
         try:
-            test = smoke_bundle if target.name.endswith(".tar.gz") else smoke_program
-            lines = test(target.resolve(), workdir)
+            if args.cpu and not target.name.endswith(".tar.gz"):
+                raise SmokeError("--cpu runs a bundle's tarball")
+            if args.cpu:
+                lines = smoke_bundle_as(args.cpu, target.resolve(), workdir)
+            elif target.name.endswith(".tar.gz"):
+                lines = smoke_bundle(target.resolve(), workdir)
+            else:
+                lines = smoke_program(target.resolve(), workdir)
             print("\n  ".join(lines), flush=True)
         except SmokeError as error:
             raise SystemExit(f"error: {target}: {error}") from None

@@ -1,7 +1,7 @@
 """The two ways to install without a compiler (packaging/): offline wheels into a fresh venv, and the desktop
 bundle unpacked into a fresh directory, each run in a clean environment (as ``env -i HOME=<new>
 PATH=/usr/bin:/bin``) through packaging/smoke.py: --version, doctor with our kernels active, generate on
-the demo set with --stats.
+the demo set with --stats; and the bundle as other CPU models under qemu-x86_64.
 
 Making the wheels asks the package registry for the dependencies (as `make setup` does), and the bundle gets
 PyInstaller from it; what is tested then runs with no network."""
@@ -78,3 +78,17 @@ def test_the_bundle_chats_in_a_terminal(bundle, tmp_path):
         terminal.wait_for(lambda screen: "tok/s" in status_line(screen))
         terminal.send("C-q")
         terminal.wait_exit()
+
+
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="needs qemu-x86_64 (apt-get install qemu-user)")
+@pytest.mark.parametrize("cpu, variant, kernels", [("Haswell-v4", "haswell", "mxfp4=avx2 bf16=avx2 (active)"),
+                                                   ("Nehalem-v1", "sse42", "mxfp4=stock bf16=stock (not in use)")])
+@pytest.mark.timeout(20 * MINUTES)
+def test_the_bundle_runs_on_other_cpus(bundle, cpu, variant, kernels):
+    """Whatever CPU built it: as an AVX2-only Haswell our AVX2 paths run; as a Nehalem (no AVX) llama.cpp's
+    sse42 variant and its stock kernels do."""
+    smoke = script("smoke.py", "--cpu", cpu, bundle, timeout=20 * MINUTES)
+    assert smoke.returncode == 0, smoke.stderr[-3000:]
+    assert f"CPU variant            {variant} (libggml-cpu-{variant}.so" in smoke.stdout, smoke.stdout
+    assert f"our kernels            {kernels}" in smoke.stdout, smoke.stdout
+    assert " tokens in " in smoke.stdout
