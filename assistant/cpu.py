@@ -105,7 +105,7 @@ def kernel_paths(description: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in description.split() if "=" in part)
 
 
-# What our fastest-to-slowest paths need at the least, by weight type.
+# The least a CPU needs for any fast path of ours, by weight type.
 FAST_PATH_NEEDS = {"mxfp4": "AVX2 and FMA on x86-64, the dot-product extension on ARM64",
                    "bf16": "AVX2 and FMA on x86-64, NEON on ARM64"}
 

@@ -139,13 +139,18 @@ def check_desktop_entry(app: Path, home: Path) -> None:
         raise SmokeError(f"the desktop entry does not open {app}/assistant chat in a terminal:\n{entry}")
 
 
-def smoke_bundle(tarball: Path, workdir: Path) -> list[str]:
-    """Unpack into ``workdir`` (a new directory), check, and say how it went."""
+def unpack(tarball: Path, workdir: Path) -> tuple[Path, Path]:
+    """The app folder unpacked into ``workdir`` (a new directory), and an empty HOME beside it."""
     home = workdir / "home"
     home.mkdir(parents=True)
     with tarfile.open(tarball) as tar:
         tar.extractall(workdir / "unpacked", filter="tar")
-    app = workdir / "unpacked" / "assistant"
+    return workdir / "unpacked" / "assistant", home
+
+
+def smoke_bundle(tarball: Path, workdir: Path) -> list[str]:
+    """Unpack into ``workdir``, check, and say how it went."""
+    app, home = unpack(tarball, workdir)
     report = check(app / "assistant", home)
     check_desktop_entry(app, home)
     return [f"bundle {tarball.name}: tarball {tarball.stat().st_size / 1e6:.0f} MB, unpacked "
@@ -165,11 +170,8 @@ def emulated(program: Path, home: Path, cpu: str) -> tuple[list, dict[str, str]]
 def smoke_bundle_as(cpu: str, tarball: Path, workdir: Path) -> list[str]:
     """The bundle on another CPU model, emulated: --version, doctor (its CPU variant, our kernels or the
     warning that they step aside) and generate --stats; no timings (emulation is many times slower)."""
-    home = workdir / "home"
-    home.mkdir(parents=True)
-    with tarfile.open(tarball) as tar:
-        tar.extractall(workdir / "unpacked", filter="tar")
-    launch, env = emulated(workdir / "unpacked" / "assistant" / "assistant", home, cpu)
+    app, home = unpack(tarball, workdir)
+    launch, env = emulated(app / "assistant", home, cpu)
     version = run([*launch, "--version"], home, home, env).stdout.strip()
     doctor = run([*launch, "doctor"], home, home, env).stdout
     stderr = run([*launch, "generate", PROMPT, "-n", "8", "--stats"], home, home, env).stderr
