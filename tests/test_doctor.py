@@ -3,6 +3,7 @@
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,14 +81,22 @@ def test_stock_switch_is_named_in_a_warning():
     assert "warning: BF16 runs llama.cpp's stock kernel (ASSISTANT_BF16_KERNEL=stock)" in result.stdout
 
 
-@pytest.mark.skipif("amx_int8" in flags_read_here() if Path("/proc/cpuinfo").exists() else True,
-                    reason="needs a CPU without AMX to ask for a path it cannot run")
+has_amx = "amx_int8" in flags_read_here() if Path("/proc/cpuinfo").exists() else False
+
+
+@pytest.mark.skipif(has_amx and shutil.which("qemu-x86_64") is None,
+                    reason="on a CPU with AMX, needs qemu-x86_64 to be one without (apt-get install qemu-user)")
 def test_a_path_the_cpu_cannot_run_is_refused_not_run():
-    """Forcing AMX on a CPU without it says so and keeps the best path (running it would die of SIGILL)."""
-    result = doctor(ASSISTANT_MXFP4_KERNEL="amx")
+    """Forcing AMX on a CPU without it says so and keeps the best path (running it would die of SIGILL). On a
+    CPU with AMX, the CPU without it is a Haswell emulated by qemu-x86_64 (its CPUID has AVX2, no AVX-512)."""
+    emulator = ["qemu-x86_64", "-cpu", "Haswell-v4"] if has_amx else []
+    result = subprocess.run([*emulator, sys.executable, "-m", "assistant", "doctor"], capture_output=True,
+                            text=True, env={**os.environ, "ASSISTANT_MXFP4_KERNEL": "amx"}, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "ASSISTANT_MXFP4_KERNEL=amx: this CPU cannot run that path" in result.stderr
     assert "mxfp4=amx" not in line(result.stdout, "our kernels")
+    if has_amx:
+        assert "mxfp4=avx2" in line(result.stdout, "our kernels"), result.stdout
 
 
 def test_missing_model_file_is_a_problem_and_exit_code(tmp_path):
