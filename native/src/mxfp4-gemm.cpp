@@ -239,6 +239,28 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8
     }
 }
 
+// The block's two halves expanded (w[h], ws[h]), prefetching ahead first; and a column's four activation
+// groups of values 16g..16g+15 broadcast. Shared by the two 256-bit one-pass kernels, whose targets differ.
+__attribute__((target("avx2,fma"))) inline void expand_block(const uint8_t * blk, __m256i (&w)[2][8], __m256 (&ws)[2]) {
+    prefetch_ahead(blk);
+    expand_half(blk, 0, w[0], ws[0]);
+    expand_half(blk, 1, w[1], ws[1]);
+}
+
+__attribute__((target("avx2"))) inline void broadcast_group(const int8_t * q, int g, __m256i (&a)[4]) {
+#    pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_set1_epi32(load_i32(q + 16 * g + 4 * i));
+}
+
+template <int NC>
+__attribute__((target("avx2"))) inline void store_columns(const __m256 (&acc)[NC][2], float (*out)[kTile]) {
+#    pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+        _mm256_storeu_ps(out[j], acc[j][0]);
+        _mm256_storeu_ps(out[j] + 8, acc[j][1]);
+    }
+}
+
 // AVX-VNNI from two columns: as the AVX2 path below (both halves in one pass, each broadcast serving both,
 // up to 6 columns), vpdpbusd doing the four multiplies and the widening. Measured on the Xeon (AVX-VNNI
 // forced, 2 threads, 1.1 GB), N = 1/2/4/8/16: 54/54/60/97/175 ms against 53/58/71/110/186 ms with one
@@ -250,38 +272,29 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 #    pragma GCC unroll 6
     for (int j = 0; j < NC; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
         __m256  ws[2];
         __m256i w[2][8];
-        prefetch_ahead(blk);
-        expand_half(blk, 0, w[0], ws[0]);
-        expand_half(blk, 1, w[1], ws[1]);
+        expand_block(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
 #    pragma GCC unroll 6
         for (int j = 0; j < NC; ++j) {
             const int8_t * q = cols[j].q + b * kBlock;
             __m256i s[2][2];
 #    pragma GCC unroll 2
             for (int g = 0; g < 2; ++g) {
-                const __m256i a0 = _mm256_set1_epi32(load_i32(q + 16 * g + 0));
-                const __m256i a1 = _mm256_set1_epi32(load_i32(q + 16 * g + 4));
-                const __m256i a2 = _mm256_set1_epi32(load_i32(q + 16 * g + 8));
-                const __m256i a3 = _mm256_set1_epi32(load_i32(q + 16 * g + 12));
+                __m256i a[4];
+                broadcast_group(q, g, a);
 #    pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    __m256i t = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[h][4 * g + 0], a0);
-                    t         = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 1], a1);
-                    t         = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 2], a2);
-                    s[h][g]   = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 3], a3);
+                    __m256i t = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[h][4 * g + 0], a[0]);
+                    t         = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 1], a[1]);
+                    t         = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 2], a[2]);
+                    s[h][g]   = _mm256_dpbusd_avx_epi32(t, w[h][4 * g + 3], a[3]);
                 }
             }
             add_block(s, cols[j].bias[b], cols[j].d[b], ws, acc[j]);
         }
     }
-#    pragma GCC unroll 6
-    for (int j = 0; j < NC; ++j) {
-        _mm256_storeu_ps(out[j], acc[j][0]);
-        _mm256_storeu_ps(out[j] + 8, acc[j][1]);
-    }
+    store_columns<NC>(acc, out);
 }
 
 // AVX2 without VNNI: vpmaddubsw multiplies the unsigned expanded weights by the signed activations and
@@ -304,39 +317,30 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t
 #    pragma GCC unroll 6
     for (int j = 0; j < NC; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
         __m256  ws[2];
         __m256i w[2][8];
-        prefetch_ahead(blk);
-        expand_half(blk, 0, w[0], ws[0]);
-        expand_half(blk, 1, w[1], ws[1]);
+        expand_block(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
 #    pragma GCC unroll 6
         for (int j = 0; j < NC; ++j) {
             const int8_t * q = cols[j].q + b * kBlock;
             __m256i s[2][2];
 #    pragma GCC unroll 2
             for (int g = 0; g < 2; ++g) {
-                const __m256i a0 = _mm256_set1_epi32(load_i32(q + 16 * g + 0));
-                const __m256i a1 = _mm256_set1_epi32(load_i32(q + 16 * g + 4));
-                const __m256i a2 = _mm256_set1_epi32(load_i32(q + 16 * g + 8));
-                const __m256i a3 = _mm256_set1_epi32(load_i32(q + 16 * g + 12));
+                __m256i a[4];
+                broadcast_group(q, g, a);
 #    pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    const __m256i p0 = _mm256_maddubs_epi16(w[h][4 * g + 0], a0);
-                    const __m256i p1 = _mm256_maddubs_epi16(w[h][4 * g + 1], a1);
-                    const __m256i p2 = _mm256_maddubs_epi16(w[h][4 * g + 2], a2);
-                    const __m256i p3 = _mm256_maddubs_epi16(w[h][4 * g + 3], a3);
+                    const __m256i p0 = _mm256_maddubs_epi16(w[h][4 * g + 0], a[0]);
+                    const __m256i p1 = _mm256_maddubs_epi16(w[h][4 * g + 1], a[1]);
+                    const __m256i p2 = _mm256_maddubs_epi16(w[h][4 * g + 2], a[2]);
+                    const __m256i p3 = _mm256_maddubs_epi16(w[h][4 * g + 3], a[3]);
                     s[h][g] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), ones);
                 }
             }
             add_block(s, cols[j].bias[b], cols[j].d[b], ws, acc[j]);
         }
     }
-#    pragma GCC unroll 6
-    for (int j = 0; j < NC; ++j) {
-        _mm256_storeu_ps(out[j], acc[j][0]);
-        _mm256_storeu_ps(out[j] + 8, acc[j][1]);
-    }
+    store_columns<NC>(acc, out);
 }
 
 #    ifdef MXFP4_AMX
