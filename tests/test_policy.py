@@ -133,6 +133,27 @@ def test_a_drafter_that_proposes_less_than_asked_is_not_overrated():
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
 
 
+def matches_of_any_length(rng: random.Random) -> int:
+    """A prompt-lookup drafter in code that repeats itself: no match, a short one, or a long copied run."""
+    return rng.choice([0, 1, 2, 4, 8, 16])
+
+
+@pytest.mark.xfail(strict=True, reason="the n-gram drafter is judged by a geometric acceptance (with a rejection "
+                   "wherever a match ran out) instead of the tokens it yields per request: 14.5 ms a token "
+                   "against 11.8 for the best fixed target <- small <- n-gram")
+def test_an_ngram_level_under_the_small_draft_is_used_as_well_as_a_fixed_chain():
+    """Under the small draft, the n-gram level's matches cost nothing and are nearly all kept, so the small
+    draft drafts several tokens per evaluation: the chain target <- small <- n-gram is the best one here
+    (as on the AMX Xeon, where the target verifies 16 tokens for the price of one)."""
+    cost = [TARGET, SMALL, NGRAM]
+    acceptance = {(0, 1): 0.85, (0, 2): 0.6, (1, 2): 0.97}
+    proposes = {2: matches_of_any_length}
+    best = min(Machine(cost, acceptance, proposes=proposes).generate(FixedShape(k, len(cost), (0, 1, 2)))
+               for k in (4, 8, 12))
+    adaptive = Machine(cost, acceptance, proposes=proposes).generate(AdaptivePolicy(len(cost)))
+    assert adaptive <= best / 0.95, (adaptive, best)
+
+
 def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
     """The scalar MXFP4 level: measured in the first round, then not re-run for many generations."""
     cost, acceptance = SCENARIOS["slow MXFP4 kernel"]
