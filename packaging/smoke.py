@@ -198,14 +198,13 @@ def main() -> None:
     for target in args.targets:
         workdir = Path(tempfile.mkdtemp(prefix="assistant-smoke-"))
         try:
-            if args.cpu and not target.name.endswith(".tar.gz"):
+            bundle = target.name.endswith(".tar.gz")
+            if args.cpu and not bundle:
                 raise SmokeError("--cpu runs a bundle's tarball")
             if args.cpu:
                 lines = smoke_bundle_as(args.cpu, target.resolve(), workdir)
-            elif target.name.endswith(".tar.gz"):
-                lines = smoke_bundle(target.resolve(), workdir)
             else:
-                lines = smoke_program(target.resolve(), workdir)
+                lines = (smoke_bundle if bundle else smoke_program)(target.resolve(), workdir)
             print("\n  ".join(lines), flush=True)
         except SmokeError as error:
             raise SystemExit(f"error: {target}: {error}") from None

@@ -13,9 +13,10 @@ import pytest
 from assistant import modelsets
 
 
-def doctor(**env):
-    return subprocess.run([sys.executable, "-m", "assistant", "doctor"], capture_output=True, text=True,
-                          env={**os.environ, **env})
+def doctor(emulator=(), **env):
+    """`assistant doctor` with ``env`` added, run under ``emulator`` (a qemu-x86_64 command) if given."""
+    return subprocess.run([*emulator, sys.executable, "-m", "assistant", "doctor"], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
 
 
 def flags_read_here() -> set[str]:
@@ -89,9 +90,7 @@ has_amx = "amx_int8" in flags_read_here() if Path("/proc/cpuinfo").exists() else
 def test_a_path_the_cpu_cannot_run_is_refused_not_run():
     """Forcing AMX on a CPU without it says so and keeps the best path (running it would die of SIGILL). On a
     CPU with AMX, the CPU without it is a Haswell emulated by qemu-x86_64 (its CPUID has AVX2, no AVX-512)."""
-    emulator = ["qemu-x86_64", "-cpu", "Haswell-v4"] if has_amx else []
-    result = subprocess.run([*emulator, sys.executable, "-m", "assistant", "doctor"], capture_output=True,
-                            text=True, env={**os.environ, "ASSISTANT_MXFP4_KERNEL": "amx"}, timeout=300)
+    result = doctor(["qemu-x86_64", "-cpu", "Haswell-v4"] if has_amx else [], ASSISTANT_MXFP4_KERNEL="amx")
     assert result.returncode == 0, result.stderr
     assert "ASSISTANT_MXFP4_KERNEL=amx: this CPU cannot run that path" in result.stderr
     assert "mxfp4=amx" not in line(result.stdout, "our kernels")

@@ -205,8 +205,8 @@ __attribute__((target("avx2,fma"))) inline void add_block(const __m256i (&s)[2][
 // AVX-VNNI for one column: one half after the other, its 8 expanded vectors in registers (the one-pass shape
 // below measured 10% slower for a single column on the Xeon).
 template <int NC>
-__attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8_t * tile, int64_t nb, const Column * cols,
-                                                               float (*out)[kTile]) {
+__attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8_t * tile, int64_t nb,
+                                                                      const Column * cols, float (*out)[kTile]) {
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NC];
 #    pragma GCC unroll 4
@@ -722,7 +722,8 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
     const FlushDenormals flush;
     const int64_t nb   = K / kBlock;
     const int     path = current() == MXFP4_PATH_AMX && N < kAmxMinColumns ? MXFP4_PATH_AVX512_VNNI : current();
-    const int     step = path == MXFP4_PATH_AMX ? 16 : path == MXFP4_PATH_AVX512_VNNI ? 8 : path == MXFP4_PATH_AVX2 || path == MXFP4_PATH_AVX_VNNI ? 6 : 4;
+    const bool    ymm  = path == MXFP4_PATH_AVX2 || path == MXFP4_PATH_AVX_VNNI;  // the one-pass 256-bit kernels
+    const int     step = path == MXFP4_PATH_AMX ? 16 : path == MXFP4_PATH_AVX512_VNNI ? 8 : ymm ? 6 : 4;
     thread_local std::vector<uint8_t> wide;
     Column cols[16];
     float  out[16][kTile];
