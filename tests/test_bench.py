@@ -2,13 +2,16 @@
 llama-speculative-simple), plus its bad-input errors and the arithmetic of its summary."""
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from assistant.bench import llamacpp, runner, summary
+from assistant.bench import llamacpp, remote, runner, summary
 from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 from assistant.cli import main
 from native import build
@@ -228,3 +231,21 @@ def test_remote_run_puts_the_target_behind_a_delayed_link(tmp_path, demo_set):
         assert row["traffic"]["alone"]["received_per_round"] >= 2 * vocabulary * 4  # two rows of logits at least
         assert row["roles"] == ["target", "mxfp4", "draft", "ngram"]
     assert "| 20 ms |" in done.stdout and "Answers differing from the local target: 0" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and ip")
+def test_a_namespace_left_by_a_killed_bench_is_removed_and_does_not_block_the_next(tmp_path):
+    """A bench killed before its cleanup leaves its namespace (and veth pair with addresses) behind; the next run
+    deletes it and its own stand-in machine still answers."""
+    leaked = subprocess.run([sys.executable, "-c", "import os, signal\nfrom assistant.bench import remote\n"
+                             "print(remote._make_namespace(), flush=True)\nos.kill(os.getpid(), signal.SIGKILL)"],
+                            capture_output=True, text=True).stdout.strip()
+    assert leaked.startswith("assistant-bench-") and leaked in namespaces()
+    with remote.RemoteMachine(1, 1, say=lambda line: None) as machine:
+        assert machine.namespace and leaked not in namespaces()
+        socket.create_connection(machine.endpoints[0], timeout=5).close()
+    assert machine.namespace is None and not any(name.startswith("assistant-bench-") for name in namespaces())
+
+
+def namespaces() -> list[str]:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()

@@ -1,7 +1,9 @@
 """`assistant bench --remote`: the target on another machine, with the drafters here, at several network delays.
 
 The other machine is stood in for by ggml-rpc-server processes in their own network namespace, reached over a
-veth pair (where this process may make one: root and `ip`), else on loopback. A ``Relay`` in front of each
+veth pair (where this process may make one: root and `ip`), else on loopback. Each process takes its own /30
+and first removes the namespaces of benches that died before cleaning up (a leftover one holding the same
+addresses would swallow the connections). A ``Relay`` in front of each
 server adds the round-trip delay (``tc netem`` needs a kernel module that containers often lack) and counts
 the bytes each way. The server serves one client at a time, so the two compared pipelines (the remote target
 alone, and the whole chain over it) get a server each. Every answer is checked against the local target's.
@@ -9,6 +11,7 @@ alone, and the whole chain over it) get a server each. Every answer is checked a
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
@@ -21,7 +24,8 @@ from assistant.bench.summary import geomean
 from assistant.errors import AssistantError
 
 DELAYS_MS = (0.0, 2.0, 10.0)
-SUBNET = "10.231.0"  # the namespace's /30: this side .1, the stand-in machine .2
+NETWORK = ipaddress.IPv4Network("10.231.0.0/16")  # split into /30s: this side .1, the stand-in machine .2
+NAMESPACE_PREFIX = "assistant-bench-"
 PORT = 50052
 
 
@@ -36,7 +40,7 @@ class RemoteMachine:
         prefix, host = [], "127.0.0.1"
         try:
             self.namespace = _make_namespace()
-            prefix, host = ["ip", "netns", "exec", self.namespace], f"{SUBNET}.2"
+            prefix, host = ["ip", "netns", "exec", self.namespace], str(_addresses(os.getpid())[1])
             self.where = f"network namespace {self.namespace} over a veth pair"
         except (OSError, subprocess.CalledProcessError) as error:
             self.where = f"loopback (no network namespace: {error})"
@@ -74,14 +78,16 @@ def _make_namespace() -> str:
     """A network namespace joined to this one by a veth pair; raises where this process may not make one."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise OSError("needs root and iproute2")
-    name = f"assistant-bench-{os.getpid()}"
+    _remove_leftover_namespaces()
+    name = f"{NAMESPACE_PREFIX}{os.getpid()}"
     here, there = f"asb{os.getpid() % 10**6}h", f"asb{os.getpid() % 10**6}t"
+    near, far = _addresses(os.getpid())
     steps = [["ip", "netns", "add", name],
              ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
              ["ip", "link", "set", there, "netns", name],
-             ["ip", "addr", "add", f"{SUBNET}.1/30", "dev", here],
+             ["ip", "addr", "add", f"{near}/30", "dev", here],
              ["ip", "link", "set", here, "up"],
-             ["ip", "-n", name, "addr", "add", f"{SUBNET}.2/30", "dev", there],
+             ["ip", "-n", name, "addr", "add", f"{far}/30", "dev", there],
              ["ip", "-n", name, "link", "set", there, "up"],
              ["ip", "-n", name, "link", "set", "lo", "up"]]
     try:
@@ -91,6 +97,32 @@ def _make_namespace() -> str:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)  # takes its end of the pair along
         raise
     return name
+
+
+def _addresses(pid: int) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
+    """This side's and the namespace's addresses in the /30 that belongs to process ``pid``."""
+    blocks = NETWORK.num_addresses // 4
+    base = NETWORK.network_address + 4 * (pid % blocks)
+    return base + 1, base + 2
+
+
+def _remove_leftover_namespaces() -> None:
+    """Deletes the namespaces (and with them their veth pairs) of bench processes that no longer run."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for name in listed:
+        pid = name.removeprefix(NAMESPACE_PREFIX)
+        if name.startswith(NAMESPACE_PREFIX) and pid.isdigit() and not _running(int(pid)):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _free_port() -> int:
@@ -107,8 +139,10 @@ def wait_listening(server: subprocess.Popen, endpoint: tuple[str, int], seconds:
             socket.create_connection(endpoint, timeout=1).close()
             return
         except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise AssistantError(f"ggml-rpc-server did not start listening on {endpoint[0]}:{endpoint[1]}")
+            exited = server.poll()
+            if exited is not None or time.monotonic() > deadline:
+                why = f"it exited with status {exited}" if exited is not None else f"nothing after {seconds:g} s"
+                raise AssistantError(f"ggml-rpc-server did not start listening on {endpoint[0]}:{endpoint[1]} ({why})")
             time.sleep(0.1)
 
 
