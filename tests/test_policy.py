@@ -35,7 +35,8 @@ class Machine:
         self.clock = 0.0
         self.proposes = proposes or {}  # level -> the most it can draft this time, f(rng) (an n-gram match)
 
-    def produce(self, policy, level: int, count: int) -> int:
+    def produce(self, policy, level: int, count: int, limit: int) -> int:
+        """At least ``count``, at most ``limit`` tokens from ``level`` (chain.py's ``_produce``)."""
         if policy.drafter(level) is None:  # drafting alone, one token per evaluation
             if level in self.proposes:
                 count = min(count, self.proposes[level](self.rng))
@@ -45,18 +46,19 @@ class Machine:
             return count
         made = 0
         while made < count:
-            made += self.verify(policy, level)
+            made += self.verify(policy, level, limit - made)
         return made
 
-    def verify(self, policy, level: int) -> int:
+    def verify(self, policy, level: int, room: int = 1 << 20) -> int:
+        """One verification by ``level``: 1 to ``room`` tokens (chain.py's ``_round``)."""
         drafter = policy.drafter(level)
-        wanted = policy.draft_length(level) if drafter is not None else 0
-        drafted = self.produce(policy, drafter, wanted) if wanted else 0
+        wanted = min(policy.draft_length(level), room - 1) if drafter is not None else 0
+        drafted = self.produce(policy, drafter, wanted, min(policy.verify_room(level, wanted), room - 1)) if wanted > 0 else 0
         seconds = self.cost[level](drafted + 1)
         self.clock += seconds
         accepted = judge(self.rng, drafted, self.acceptance[level, drafter]) if drafted else 0
         exhausted = drafter in self.proposes and drafted < wanted  # only a limited proposer runs out
-        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted else None, exhausted)
+        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted > 0 else None, exhausted)
         return accepted + 1
 
     def generate(self, policy, generations=6, tokens=128) -> float:
@@ -67,7 +69,7 @@ class Machine:
             made = 0
             while made < tokens:
                 policy.begin_round([0] * len(self.cost))
-                made += self.verify(policy, 0)
+                made += self.verify(policy, 0, tokens - made)
         return (self.clock - began) / (generations * tokens)
 
 
@@ -129,7 +131,7 @@ def test_a_drafter_that_proposes_less_than_asked_is_not_overrated():
     acceptance = {(0, 1): 0.85, (0, 2): 0.97, (1, 2): 0.97}
     fixed = {shape: Machine(cost, acceptance, proposes={2: short_matches}).generate(policy)
              for shape, policy in fixed_pipelines(len(cost)).items()}
-    adaptive = Machine(cost, acceptance, proposes={2: short_matches}).generate(AdaptivePolicy(len(cost)))
+    adaptive = Machine(cost, acceptance, proposes={2: short_matches}).generate(AdaptivePolicy(len(cost), limited=[2]))
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
 
 
@@ -138,20 +140,36 @@ def matches_of_any_length(rng: random.Random) -> int:
     return rng.choice([0, 1, 2, 4, 8, 16])
 
 
-@pytest.mark.xfail(strict=True, reason="the n-gram drafter is judged by a geometric acceptance (with a rejection "
-                   "wherever a match ran out) instead of the tokens it yields per request: 14.5 ms a token "
-                   "against 11.8 for the best fixed target <- small <- n-gram")
 def test_an_ngram_level_under_the_small_draft_is_used_as_well_as_a_fixed_chain():
     """Under the small draft, the n-gram level's matches cost nothing and are nearly all kept, so the small
     draft drafts several tokens per evaluation: the chain target <- small <- n-gram is the best one here
-    (as on the AMX Xeon, where the target verifies 16 tokens for the price of one)."""
+    (as on the AMX Xeon, where the target verifies 16 tokens for the price of one). Means over five seeds of
+    30 answers each: one seed's answers swing by 10%."""
     cost = [TARGET, SMALL, NGRAM]
     acceptance = {(0, 1): 0.85, (0, 2): 0.6, (1, 2): 0.97}
     proposes = {2: matches_of_any_length}
-    best = min(Machine(cost, acceptance, proposes=proposes).generate(FixedShape(k, len(cost), (0, 1, 2)))
-               for k in (4, 8, 12))
-    adaptive = Machine(cost, acceptance, proposes=proposes).generate(AdaptivePolicy(len(cost)))
-    assert adaptive <= best / 0.95, (adaptive, best)
+    best, adaptive = [], []
+    for seed in range(5):
+        best.append(min(Machine(cost, acceptance, seed, proposes).generate(FixedShape(k, len(cost), (0, 1, 2)), 30)
+                        for k in (8, 12, 15)))
+        adaptive.append(Machine(cost, acceptance, seed, proposes).generate(AdaptivePolicy(len(cost), limited=[2]), 30))
+    assert sum(adaptive) <= sum(best) / 0.95, (adaptive, best)
+
+
+def test_a_limited_drafter_is_predicted_from_what_it_yields_per_request():
+    """The n-gram level, asked for 15, has twelve tokens half the time and none otherwise, and the target keeps
+    all it gets; a batch over 8 costs 100 ms, up to 8 50 ms. Asked for 12 or more: 75 ms a round for 7 tokens,
+    10.7 ms a token; for 7: 50 ms for 4.5, 11.1. Judged as a geometric acceptance with the empty matches as
+    rejections (a = 12/14), it looked like 10.1 ms a token at k = 7, and k = 7 was chosen."""
+    policy = AdaptivePolicy(2, limited=[1])
+    for batch in range(1, 17):
+        policy.record_verify(0, batch, step_cost(8, 0.050)(batch), 0, 0, None)
+    policy.record_draft(1, 1, 1e-6)
+    for request in range(40):
+        drafted = 12 * (request % 2)
+        policy.record_verify(0, drafted + 1, 0.050 if drafted < 8 else 0.100, drafted, drafted, 1, exhausted=True)
+    seconds, lengths = policy.predict((0, 1))
+    assert seconds == pytest.approx(0.075 / 7, rel=0.03) and lengths[0] >= 12  # (acceptance is capped at 0.995)
 
 
 def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
@@ -168,19 +186,24 @@ def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
 
 
 def test_each_generation_relearns_acceptance():
-    """A draft that suited the last answer but not this one is dropped within a few rounds."""
+    """A draft that suited the last answer but not this one is dropped within a few rounds (over ten seeds:
+    exploration may still bring it back once in a while)."""
     cost, _ = SCENARIOS["three levels"]
-    policy = AdaptivePolicy(len(cost))
-    Machine(cost, GOOD | {(0, 2): 0.95}).generate(policy, generations=2)
-    assert policy.used.most_common(1)[0][0][:2] == (0, 2)
-    machine = Machine(cost, USELESS_DRAFT)
-    policy.begin_generation()
-    rounds = []
-    for _ in range(12):
-        policy.begin_round([0] * len(cost))
-        rounds.append(policy.shape)
-        machine.verify(policy, 0)
-    assert sum(2 in shape for shape in rounds) <= 5 and all(2 not in shape for shape in rounds[-4:]), rounds
+    with_draft, late = [], 0
+    for seed in range(10):
+        policy = AdaptivePolicy(len(cost))
+        Machine(cost, GOOD | {(0, 2): 0.95}, seed).generate(policy, generations=2)
+        assert policy.used.most_common(1)[0][0][:2] == (0, 2)
+        machine = Machine(cost, USELESS_DRAFT, seed)
+        policy.begin_generation()
+        rounds = []
+        for _ in range(12):
+            policy.begin_round([0] * len(cost))
+            rounds.append(policy.shape)
+            machine.verify(policy, 0)
+        with_draft.append(sum(2 in shape for shape in rounds))
+        late += sum(2 in shape for shape in rounds[-4:])
+    assert sum(with_draft) / len(with_draft) <= 5 and late <= 4, (with_draft, late)
 
 
 def test_a_lagging_level_is_explored_only_while_its_catch_up_is_cheap():

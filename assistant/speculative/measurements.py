@@ -71,3 +71,45 @@ class Rate:
             scale = weight / self.denominator
             self.numerator *= scale
             self.denominator *= scale
+
+
+class Supply:
+    """How many tokens a limited proposer (the n-gram drafter) has when asked: a decayed histogram.
+
+    It returns fewer than asked only where its match ran out, so an answer below the request is its supply
+    exactly; one that filled the request says only "at least", and is taken to fill any longer one too
+    (optimistic, so that a longer request gets tried and measured).
+    """
+
+    def __init__(self, decay: float):
+        self.decay = decay
+        self.short: dict[int, float] = {}  # supply -> weight, from requests it could not fill
+        self.filled = 0.0  # weight of requests it filled
+
+    def add(self, drafted: int, exhausted: bool) -> None:
+        for size in self.short:
+            self.short[size] *= self.decay
+        self.filled *= self.decay
+        if exhausted:
+            self.short[drafted] = self.short.get(drafted, 0.0) + 1.0
+        else:
+            self.filled += 1.0
+
+    def shrink(self, weight: float) -> None:
+        """Keep the shape of the histogram but count it as at most ``weight`` requests."""
+        total = self.filled + sum(self.short.values())
+        if total > weight:
+            scale = weight / total
+            self.short = {size: share * scale for size, share in self.short.items()}
+            self.filled *= scale
+
+    def distribution(self, most: int) -> list[float]:
+        """P(supply = n) for n < ``most``, and P(supply >= most) last: ``most`` + 1 shares summing to 1."""
+        shares = [0.0] * (most + 1)
+        shares[most] = self.filled
+        for size, share in self.short.items():
+            shares[min(size, most)] += share
+        total = sum(shares)
+        if not total:
+            return [0.0] * most + [1.0]
+        return [share / total for share in shares]

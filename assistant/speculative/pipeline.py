@@ -25,7 +25,9 @@ class Pipeline:
         self.target = levels[0].model
         self.n_ctx = n_ctx
         self.roles = [level.role for level in levels]
-        self.chain = Chain(levels, make_policy(draft_length, len(levels)), n_shared, n_ctx, confidence, accept)
+        limited = [index for index, level in enumerate(levels) if not level.is_model]
+        self.chain = Chain(levels, make_policy(draft_length, len(levels), limited), n_shared, n_ctx, confidence,
+                           accept)
         self._running = None
 
     @classmethod

@@ -14,6 +14,10 @@ with probability a picks the k minimising (cost_v(k + 1) + k c) / (1 + a + ... +
 is v's own cost per token for the level above. A pair never measured is predicted from the steps between
 its levels (the smallest of their acceptances: optimistic, so that a promising shape gets tried).
 
+A *limited* drafter (the n-gram level) proposes only what its match holds, often less than asked: its pairs
+are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
+they waste and its long copied runs earn what they yield, instead of bending the acceptance.
+
 Costs describe the machine, so they persist between generations; acceptance describes the text, so each
 generation starts from the previous one's ratios at a small weight. Exploration is bounded: a shape
 predicted r times slower than the best is re-run once in EXPLORE_EVERY * r^3 target rounds, never when
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from assistant.speculative.measurements import BatchCost, Rate
+from assistant.speculative.measurements import BatchCost, Rate, Supply
 
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
 ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
@@ -91,7 +95,8 @@ class ConstantLength:
 class AdaptivePolicy:
     """Shape and draft lengths per target round, from measured costs and acceptance (module docstring)."""
 
-    def __init__(self, n_levels: int, max_length: int = MAX_DRAFT, start_length: int = 4, decay: float = 0.95):
+    def __init__(self, n_levels: int, max_length: int = MAX_DRAFT, start_length: int = 4, decay: float = 0.95,
+                 limited=()):
         self.n_levels = n_levels
         self.max_length = max_length
         self.start_length = start_length
@@ -99,6 +104,7 @@ class AdaptivePolicy:
         self.cost = [BatchCost() for _ in range(n_levels)]  # evaluating and judging a batch, per level
         self.drafting = [Rate(decay) for _ in range(n_levels)]  # seconds per token when drafting alone
         self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
+        self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
         self.shapes = [(0, *(level for level in range(1, n_levels) if mask >> (level - 1) & 1))
                        for mask in range(2 ** (n_levels - 1))]
         self.shape = tuple(range(n_levels))
@@ -110,8 +116,8 @@ class AdaptivePolicy:
 
     # --- the chain's questions --------------------------------------------------------------------
     def begin_generation(self) -> None:
-        for rate in self.pairs.values():
-            rate.shrink(GENERATION_PRIOR)
+        for measured in (*self.pairs.values(), *self.supply.values()):
+            measured.shrink(GENERATION_PRIOR)
         self.used.clear()
 
     def begin_round(self, behind: list[int]) -> None:
@@ -164,17 +170,21 @@ class AdaptivePolicy:
         """One verification: its batch and time; with a ``drafter``, how many of its drafts were kept.
 
         Drafts after the first rejected one were never judged (counting them as rejections would make
-        a = 0.9 look like 0.6 at k = 8); a drafter that proposed nothing counts as one rejection. So does
-        one that was ``exhausted``, out of tokens to propose before it was asked to stop (an n-gram match
-        that ran out): a longer draft length would not have bought more tokens there. Without it an n-gram
-        level proposing 1-3 tokens, all kept, read as a ~ 0.94, and target <- n-gram was predicted at 10 ms
-        a token while it ran at 35. A model that stopped below its confidence threshold is not exhausted:
-        it stopped by choice, and a longer length lets it go on where it is sure (counting those stops too
-        measured 7% slower in an alternating A/B over the 8 bench prompts).
+        a = 0.9 look like 0.6 at k = 8); a model drafter that proposed nothing (it stopped below its
+        confidence threshold) counts as one rejection. A limited drafter's tokens per request go to its
+        ``Supply`` instead, ``exhausted`` when its match ran out before the request was filled: counted
+        as a rejection, as once here, the n-gram level under the small draft read a ~ 0.3 where the small
+        draft kept 97% of what it proposed, and the chain target <- small <- n-gram, measured at 11.6 ms a
+        token on the AMX Xeon, was predicted at 17.8 and seldom run.
         """
         self.cost[level].add(batch, seconds)
-        if drafter is not None:
-            self.pairs[level, drafter].add(accepted, accepted + (accepted < max(drafted, 1) or exhausted))
+        if drafter is None:
+            return
+        if drafter in self.supply:
+            self.supply[drafter].add(drafted, exhausted)
+            self.pairs[level, drafter].add(accepted, accepted + (accepted < drafted))
+        else:
+            self.pairs[level, drafter].add(accepted, accepted + (accepted < max(drafted, 1)))
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
         """The last level of a shape drafted ``tokens`` in ``seconds`` (catching up excluded)."""
@@ -214,6 +224,8 @@ class AdaptivePolicy:
     def _best_length(self, verifier: int, drafter: int, per_draft: float) -> tuple[int, float]:
         """The draft length for ``verifier`` and the seconds per token it then achieves."""
         acceptance = self.acceptance(verifier, drafter)
+        if drafter in self.supply:
+            return self._best_limited_length(verifier, drafter, per_draft, acceptance)
         cost = self.cost[verifier]
         best_k, best_seconds = 1, float("inf")
         gain = power = 1.0  # expected tokens from k drafts, built up incrementally
@@ -221,6 +233,28 @@ class AdaptivePolicy:
             power *= acceptance
             gain += power
             seconds = (cost.seconds(k + 1) + k * per_draft) / gain
+            if seconds < best_seconds:
+                best_k, best_seconds = k, seconds
+        return best_k, best_seconds
+
+    def _best_limited_length(self, verifier: int, drafter: int, per_draft: float,
+                             acceptance: float) -> tuple[int, float]:
+        """As ``_best_length``, over the drafter's measured supply: asked for k, it yields n = min(k, what it
+        has) drafts, for a batch of n + 1 and 1 + a + ... + a^n expected tokens."""
+        cost = self.cost[verifier]
+        chance = self.supply[drafter].distribution(self.max_length)
+        spent = [cost.seconds(n + 1) + n * per_draft for n in range(self.max_length + 1)]
+        gains = [1.0]
+        for n in range(1, self.max_length + 1):
+            gains.append(gains[-1] + acceptance**n)
+        best_k, best_seconds = 1, float("inf")
+        short_spent = short_gain = 0.0  # over the requests whose supply is below k
+        filled = 1.0  # the chance that the supply fills a request for k
+        for k in range(1, self.max_length + 1):
+            short_spent += chance[k - 1] * spent[k - 1]
+            short_gain += chance[k - 1] * gains[k - 1]
+            filled -= chance[k - 1]
+            seconds = (short_spent + filled * spent[k]) / (short_gain + filled * gains[k])
             if seconds < best_seconds:
                 best_k, best_seconds = k, seconds
         return best_k, best_seconds
@@ -266,9 +300,10 @@ class AdaptivePolicy:
                               for shape, seconds in sorted(self.predicted.items(), key=lambda item: item[1])}}
 
 
-def make_policy(draft_length, n_levels: int):
+def make_policy(draft_length, n_levels: int, limited=()):
+    """``limited``: the levels that propose only what they have (the n-gram drafter)."""
     if draft_length == "adaptive":
-        return AdaptivePolicy(n_levels)
+        return AdaptivePolicy(n_levels, limited=limited)
     try:
         return ConstantLength(int(draft_length), n_levels)
     except (TypeError, ValueError):
