@@ -14,6 +14,8 @@ import pytest
 from assistant.bench import llamacpp, remote, runner, summary
 from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 from assistant.cli import main
+from assistant.engine import devices
+from assistant.errors import AssistantError
 from native import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +83,14 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     assert result.seconds > result.prompt_seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
     assert 0 < events[-1].prompt_seconds < events[-1].seconds
     assert result.text.startswith(ours) and len(ours) > 0
+    if devices.cpu_variants():  # the program sees only the variant named: the plainest answers alike, none fails
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ASSISTANT_CPU_VARIANT", "x64" if "x64" in devices.cpu_variants() else devices.cpu_variants()[0])
+            plain = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
+            patch.setenv("ASSISTANT_CPU_VARIANT", "pentium")
+            with pytest.raises(AssistantError, match=llamacpp.PROGRAM):
+                llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
+        assert plain.text == result.text
 
 
 def test_every_worker_run_evaluates_its_whole_prompt(bench_gguf):

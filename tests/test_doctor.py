@@ -69,6 +69,23 @@ def test_names_the_cpu_variant_in_use():
         assert variant.group(1) not in ("x64", "sse42", "sandybridge", "ivybridge", "piledriver"), row
 
 
+def test_a_named_cpu_variant_is_loaded_instead_of_the_best_and_a_wrong_name_is_one_line():
+    """ASSISTANT_CPU_VARIANT: a lesser CPU's build of llama.cpp on this one (to measure what it runs)."""
+    from native import build
+
+    if build.flavour() == "native":
+        pytest.skip("the native flavour has no variants")
+    from assistant.engine import devices
+
+    baseline = "x64" if platform.machine() == "x86_64" else devices.cpu_variants()[0]
+    row = line(doctor(ASSISTANT_CPU_VARIANT=baseline).stdout, "CPU variant")
+    assert re.fullmatch(rf"CPU variant\s+{baseline} \(libggml-cpu-{baseline}\.so, named by ASSISTANT_CPU_VARIANT; "
+                        r"of \d+\)", row), row
+    wrong = doctor(ASSISTANT_CPU_VARIANT="pentium")
+    problem = [row for row in wrong.stdout.splitlines() if "pentium" in row]
+    assert wrong.returncode == 1 and len(problem) == 1 and "no such llama.cpp CPU variant" in problem[0], wrong.stdout
+
+
 def test_forced_scalar_path_is_a_warning_not_all_good():
     result = doctor(ASSISTANT_MXFP4_KERNEL="scalar")
     assert "mxfp4=scalar" in line(result.stdout, "our kernels")

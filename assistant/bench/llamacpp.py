@@ -8,12 +8,16 @@ lines; that text is what the identity check compares.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from assistant.engine import devices
 from assistant.errors import AssistantError
 
 PROGRAM = "llama-speculative-simple"
@@ -63,13 +67,35 @@ def run(bin_dir: Path, target: Path, draft: Path, prompt: str, max_tokens: int, 
     ]
     environment = dict(os.environ, **(env or {}))
     environment["LD_LIBRARY_PATH"] = f"{bin_dir}:{environment.get('LD_LIBRARY_PATH', '')}".rstrip(":")
-    done = subprocess.run(command, capture_output=True, env=environment, timeout=timeout)
+    with _program_dir(bin_dir) as program_dir:
+        command[0] = str(program_dir / PROGRAM)
+        done = subprocess.run(command, capture_output=True, env=environment, timeout=timeout)
     stdout = done.stdout.decode("utf-8", errors="replace")
     stderr = done.stderr.decode("utf-8", errors="replace")
     if done.returncode != 0:
         last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {done.returncode}"
         raise AssistantError(f"{PROGRAM} failed on {target.name} + {draft.name}: {last}")
     return parse(stdout, stderr, prompt)
+
+
+@contextlib.contextmanager
+def _program_dir(bin_dir: Path):
+    """Where to run the program from: ``bin_dir``, or under ASSISTANT_CPU_VARIANT a copy of it holding only
+    that CPU variant. ggml picks a variant among the libraries beside the executable it finds in /proc/self/exe,
+    so the program is copied there (a link would resolve back) and the rest linked."""
+    variant = devices.forced_variant()
+    if not variant:
+        yield bin_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="assistant-variant-") as view:
+        for path in bin_dir.iterdir():
+            if path.name.startswith(devices.CPU_LIBRARY_PREFIX + "-") and devices.cpu_variant(path) != variant:
+                continue
+            if path.name == PROGRAM:
+                shutil.copy2(path, view)
+            else:
+                os.symlink(path, Path(view) / path.name)
+        yield Path(view)
 
 
 def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:

@@ -33,6 +33,10 @@ def cpu_variant_text(library: Path, variant: str, count: int) -> str:
     this CPU)"; the native flavour has one, for the CPU that compiled it."""
     if not variant:
         return f"none: one build for the machine that compiled it ({library.name})"
+    from assistant.engine import devices
+
+    if devices.forced_variant():
+        return f"{variant} ({library.name}, named by {devices.VARIANT_VARIABLE}; of {count})"
     return f"{variant} ({library.name}, the best of {count} for this CPU)"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from assistant.errors import AssistantError
 
 CPU_LIBRARY_PREFIX = "libggml-cpu"
+VARIANT_VARIABLE = "ASSISTANT_CPU_VARIANT"
 
 
 def lib_dir() -> Path:
@@ -45,6 +46,7 @@ def _ggml():
     base, ggml = _loaded("libggml-base"), _loaded("libggml")
     for lib, name, argtypes, restype in (
         (ggml, "ggml_backend_load_all_from_path", [ctypes.c_char_p], None),
+        (ggml, "ggml_backend_load", [ctypes.c_char_p], ctypes.c_void_p),
         (ggml, "ggml_backend_reg_count", [], ctypes.c_size_t),
         (ggml, "ggml_backend_reg_by_name", [ctypes.c_char_p], ctypes.c_void_p),
         (base, "ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
@@ -59,13 +61,39 @@ def _ggml():
 
 def load_backends() -> None:
     """Load the backend modules from llama_cpp/lib before llama.cpp starts: the CPU variant that scores best on
-    this CPU, and RPC. Left to itself llama.cpp would search beside the Python executable and in the current
-    directory. A build with its backends linked in (the native flavour) has them registered already."""
+    this CPU (or the one ASSISTANT_CPU_VARIANT names), and RPC. Left to itself llama.cpp would search beside
+    the Python executable and in the current directory. A build with its backends linked in (the native
+    flavour) has them registered already."""
     _, ggml = _ggml()
+    variant = forced_variant()
     if ggml.ggml_backend_reg_count() == 0:
-        ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir()))
+        if variant:
+            _load_variant(ggml, variant)
+        else:
+            ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir()))
+    elif variant:
+        raise AssistantError(f"{VARIANT_VARIABLE}={variant}: this build has its CPU backend linked in (the native "
+                             "flavour); only the portable build has variants to choose from")
     if not ggml.ggml_backend_reg_by_name(b"CPU"):
         raise AssistantError(f"no llama.cpp CPU backend in {lib_dir()} loads on this CPU (reinstall assistant)")
+
+
+def forced_variant() -> str | None:
+    """The llama.cpp CPU variant named by ASSISTANT_CPU_VARIANT, e.g. haswell: a lesser CPU's code on this one
+    (its stock kernels, and ours as that variant builds them), to measure what an AVX2-only machine runs."""
+    return os.environ.get(VARIANT_VARIABLE) or None
+
+
+def _load_variant(ggml, variant: str) -> None:
+    library = lib_dir() / f"{CPU_LIBRARY_PREFIX}-{variant}.so"
+    if not library.exists():
+        raise AssistantError(f"{VARIANT_VARIABLE}={variant}: no such llama.cpp CPU variant (installed: "
+                             f"{', '.join(cpu_variants()) or 'none'})")
+    if not ggml.ggml_backend_load(os.fsencode(library)):
+        raise AssistantError(f"{VARIANT_VARIABLE}={variant}: {library.name} does not load on this CPU")
+    rpc = lib_dir() / "libggml-rpc.so"
+    if rpc.exists():
+        ggml.ggml_backend_load(os.fsencode(rpc))
 
 
 class _DlInfo(ctypes.Structure):
