@@ -4,9 +4,11 @@ llama-speculative-simple), plus its bad-input errors and the arithmetic of its s
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -255,6 +257,31 @@ def test_a_namespace_left_by_a_killed_bench_is_removed_and_does_not_block_the_ne
         assert machine.namespace and leaked not in namespaces()
         socket.create_connection(machine.endpoints[0], timeout=5).close()
     assert machine.namespace is None and not any(name.startswith("assistant-bench-") for name in namespaces())
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and ip")
+def test_a_remote_bench_stopped_by_sigterm_removes_its_namespace_and_servers(tmp_path, demo_set):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "fib", "messages": [{"role": "user", "content": "def fibonacci(n):"}]}\n')
+    run = subprocess.Popen([sys.executable, "-m", "assistant", "bench", "--remote", "--delays", "0,0,0,0,0,0,0,0",
+                            "--prompts", str(prompts), "--max-tokens", "64", "--threads", "1", "--out", str(tmp_path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    name, server = f"assistant-bench-{run.pid}", f"-H {remote._addresses(run.pid)[1]} "
+    try:
+        deadline = time.monotonic() + 120
+        while name not in namespaces() or not running(server):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr and run.stderr.read()
+            time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        run.kill()
+        run.wait()
+    assert name not in namespaces() and not running(server)
+
+
+def running(pattern: str) -> bool:
+    return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True).returncode == 0
 
 
 def namespaces() -> list[str]:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 
 from assistant.bench import pairs
@@ -37,6 +39,7 @@ class RemoteMachine:
 
         self.namespace = None
         self.servers: list[subprocess.Popen] = []
+        self._terminate = self._clean_up_on_sigterm()
         prefix, host = [], "127.0.0.1"
         try:
             self.namespace = _make_namespace()
@@ -63,9 +66,26 @@ class RemoteMachine:
         for server in self.servers:
             server.kill()
             server.wait()
+        self.servers = []
         if self.namespace:
             subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True)
             self.namespace = None
+        if self._terminate is not None:
+            signal.signal(signal.SIGTERM, self._terminate)
+            self._terminate = None
+
+    def _clean_up_on_sigterm(self):
+        """A SIGTERM removes the servers and the namespace, then ends the process as it would have (an exception
+        raised from the handler would be lost where it lands in a ctypes callback, llama.cpp's log); returns the
+        handler it replaced, or None where this thread may not set one."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def clean_up_and_leave(number, frame):
+            self.close()  # puts the previous handler back
+            os.kill(os.getpid(), number)
+
+        return signal.signal(signal.SIGTERM, clean_up_and_leave)
 
     def __enter__(self):
         return self
