@@ -87,7 +87,8 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     assert result.text.startswith(ours) and len(ours) > 0
     if devices.cpu_variants():  # the program sees only the variant named: the plainest answers alike, none fails
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("ASSISTANT_CPU_VARIANT", "x64" if "x64" in devices.cpu_variants() else devices.cpu_variants()[0])
+            variants = devices.cpu_variants()
+            patch.setenv("ASSISTANT_CPU_VARIANT", "x64" if "x64" in variants else variants[0])
             plain = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
             patch.setenv("ASSISTANT_CPU_VARIANT", "pentium")
             with pytest.raises(AssistantError, match=llamacpp.PROGRAM):

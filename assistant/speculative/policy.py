@@ -23,7 +23,10 @@ generation starts from the previous one's ratios at a small weight. Exploration 
 predicted r times slower than the best is re-run once in EXPLORE_EVERY * r^3 target rounds, never when
 r > EXPLORE_LIMIT, and only while its levels can catch up on the tokens they missed for at most the price
 of CATCH_UP_BUDGET tokens of the target alone (on the EPYC: about a hundred tokens of the small draft, a
-dozen or two of the MXFP4 copy).
+dozen or two of the MXFP4 copy). A shape with a pair that never ran is run once while r <= UNTRIED_LIMIT:
+its prediction rests on the steps between, and one bad early reading of a step (the small draft proposing
+nothing under the MXFP4 copy) had target <- small <- n-gram, the best chain for some prompts on the AMX
+Xeon, predicted at 49 ms a token against 25, past what exploration re-runs.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast
 EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
 CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
+UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
 
 
 def shape_name(roles, shape) -> str:
@@ -112,6 +116,7 @@ class AdaptivePolicy:
         self.rounds = 0  # target rounds over the policy's life
         self.last_run: dict[tuple, int] = {}
         self.used: Counter = Counter()  # rounds per shape in this generation
+        self.tried: set[tuple[int, int]] = set()  # (verifier, drafter) pairs that have run
         self.predicted: dict[tuple, float] = {}
 
     # --- the chain's questions --------------------------------------------------------------------
@@ -180,6 +185,7 @@ class AdaptivePolicy:
         self.cost[level].add(batch, seconds)
         if drafter is None:
             return
+        self.tried.add((level, drafter))
         if drafter in self.supply:
             self.supply[drafter].add(drafted, exhausted)
             self.pairs[level, drafter].add(accepted, accepted + (accepted < drafted))
@@ -274,6 +280,11 @@ class AdaptivePolicy:
         """The best predicted shape, a shape due for re-measurement, or (to spare a catch-up) the current one."""
         predicted = self.predicted
         ranked = sorted(predicted, key=predicted.get)
+        for shape in ranked:
+            if predicted[shape] > UNTRIED_LIMIT * predicted[ranked[0]]:
+                break
+            if not self.tried.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
+                return shape
         best = ranked[0]
         if (not self._in_step(best, behind) and self.shape in predicted
                 and predicted[best] > (1 - SWITCH_MARGIN) * predicted[self.shape]):
