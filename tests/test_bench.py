@@ -63,6 +63,12 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     rows = [line for line in text.splitlines() if line.startswith("| (")]
     assert rows[0].startswith("| (o) llama.cpp plain decoding") and "over (o) llama.cpp plain" in text
     assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0
+    costs = {int(n): seconds for n, seconds in workload["verify_costs"].items()}
+    assert sorted(costs) == list(range(1, 17)) and min(costs.values()) > 0
+    bound = workload["ceiling"]
+    assert bound["verify_seconds_per_token"] == pytest.approx(min(s / n for n, s in costs.items()))
+    assert bound["speedup_geomean"] > 0 and bound["over_llama_cpp_geomean"] > 0
+    assert "- ceiling on these kernels, with every drafted token accepted and drafting free: " in text
 
 
 @needs_pair
@@ -116,6 +122,44 @@ def test_every_worker_run_evaluates_its_whole_prompt(bench_gguf):
     again = worker.run("chain", messages, max_tokens=8)
     assert held[0] == 0 and len(held) >= 2  # the target's first evaluation starts from an empty cache
     assert again["tokens"] == first["tokens"] and again["prompt_seconds"] > 0
+
+
+def test_verification_costs_time_exactly_the_new_tokens_after_the_prompt(bench_gguf):
+    """Each timed batch must be n tokens the cache does not hold (two for n = 1: the target's set-up never
+    evaluates one row alone), after the whole prompt; the cache is left empty for the next run."""
+    from assistant.bench.worker import Worker
+
+    worker = Worker()
+    worker.load({"target": {"paths": [str(bench_gguf["target_bf16"])], "roles": ["target"], "draft_length": 1,
+                            "confidence": None, "ngram": False}}, n_ctx=512, threads=1)
+    context = worker.pipelines["target"].chain.levels[0].context
+    batches = []
+    evaluate = context.evaluate
+    context.evaluate = lambda sequence, first_output: (
+        evaluate(sequence, first_output), batches.append((len(sequence) - first_output, context.last_batch)))[0]
+    messages = [{"role": "user", "content": "Write a function that reverses a string."}]
+    reply = worker.verify_costs("target", messages, sizes=[1, 2, 5], reps=2)
+    assert sorted(reply["seconds"]) == ["1", "2", "5"] and min(reply["seconds"].values()) > 0
+    prompt_rows = batches[0][1]
+    assert prompt_rows > 10 and batches[1:] == [(1, 2), (2, 2), (5, 5)] * 2
+    assert context.tokens == []
+
+
+def test_ceiling_is_the_prompt_plus_the_cheapest_verification_per_token():
+    from assistant.bench import ceiling
+
+    target = {"prompt_seconds": 1.0, "new_tokens": 100, "seconds": 11.0, "tokens_per_second": 100 / 11.0}
+    runs = {"target": [target, dict(target, prompt_seconds=3.0, seconds=13.0, tokens_per_second=100 / 13.0)],
+            "llama.cpp": [{"tokens_per_second": 15.0}, {"tokens_per_second": 10.0}]}
+    bound = ceiling.ceiling(runs, {"1": 0.1, "2": 0.12, "4": 0.16, "8": 0.4}, light=10.0)
+    assert bound["verify_batch"] == 4 and bound["verify_seconds_per_token"] == pytest.approx(0.04)
+    # prompt 1 s + 100 x 0.04 s = 5 s (20 tokens/s, 2.2x the target's 11 s); prompt 3 s: 7 s (13/7 x)
+    assert bound["speedup_geomean"] == pytest.approx((11 / 5 * 13 / 7) ** 0.5)
+    assert bound["over_llama_cpp_geomean"] == pytest.approx((20 / 15 * (100 / 7) / 10) ** 0.5)
+    assert bound["tokens_per_second_median"] == pytest.approx((20 + 100 / 7) / 2)
+    assert bound["speed_of_light"] == pytest.approx((20 + 100 / 7) / 2 / 10)
+    assert ceiling.ceiling(runs, None) is None
+    assert ceiling.ceiling({"target": [dict(target, prompt_seconds=None)]}, {"1": 0.1}) is None
 
 
 def test_identity_check_flags_the_first_differing_token():

@@ -170,7 +170,7 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
         for row in workload["llama_cpp_sweep"]:
             lines.append(f"| {row['draft']} | {row['draft_length']} | {row['tokens_per_second']:.1f} | "
                          f"{_pct(row['acceptance'])} |")
-    lines += [""] + _policy(summary) + _goals(summary) + [""]
+    lines += [""] + _policy(summary) + _goals(summary) + _ceiling(workload.get("ceiling")) + [""]
     lines += [f"![per-prompt speedups](speedups-{info['key']}.png)",
               f"![acceptance histograms](acceptance-{info['key']}.png)", ""]
     return lines
@@ -193,6 +193,21 @@ def _policy(summary: dict) -> list[str]:
                      f"{'met' if ratio >= ADAPTIVE_GOAL else 'not met'}). Target rounds per chain shape: {used or '—'}; "
                      f"{shapes.get('outside_main', 0)} rounds outside each prompt's most used shape.")
     return ["Adaptive policy:", "", *lines, ""] if lines else []
+
+
+def _ceiling(bound: dict | None) -> list[str]:
+    """What no speculative pipeline can beat here (ceiling.py), beside the goals it bounds."""
+    if not bound:
+        return []
+    parts = [f"{bound['speedup_geomean']:.2f}x over the target alone"]
+    if bound.get("over_llama_cpp_geomean"):
+        parts.append(f"{bound['over_llama_cpp_geomean']:.2f}x over llama.cpp's best")
+    if bound.get("speed_of_light"):
+        parts.append(f"{bound['speed_of_light']:.2f}x the speed of light")
+    return [f"- ceiling on these kernels, with every drafted token accepted and drafting free: "
+            f"{', '.join(parts)} ({bound['tokens_per_second_median']:.1f} tokens/s median; the target's cheapest "
+            f"verification is {bound['verify_seconds_per_token'] * 1e3:.1f} ms a token, in batches of "
+            f"{bound['verify_batch']}, and every prompt takes the time it took the target alone)"]
 
 
 def _goals(summary: dict) -> list[str]:

@@ -21,9 +21,12 @@ from assistant.bench import llamacpp
 from native import build
 from assistant.bench.pipelines import BASELINE, LLAMA_CPP, PipelineSpec
 from assistant.bench.progress import Progress
+from assistant.speculative.policy import MAX_DRAFT
 from assistant.errors import AssistantError
 
 WARMUP_TOKENS = 16
+VERIFY_SIZES = MAX_DRAFT + 1  # the target's batch costs are measured for 1..this many tokens
+VERIFY_REPS = 3
 
 
 @dataclass
@@ -88,7 +91,8 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
     specs = settings.pipelines
     sweep_runs = (len(settings.sweep_drafts) * len(settings.sweep_lengths) * min(settings.sweep_prompts, len(prompts))
                   if settings.llama_cpp else 0)
-    steps = len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
+    steps = (len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
+             + int(any(spec.key == BASELINE for spec in specs)))
     progress = Progress(f"bench {workload.key}", steps, settings.show_progress)
     began = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
@@ -129,6 +133,13 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
                 result = llamacpp.run(bin_dir, paths["target"], paths[best["draft"]], prompt_texts[index],
                                       settings.max_tokens, best["draft_length"], settings.threads, settings.n_ctx)
                 runs[LLAMA_CPP].append(_record(prompt, index, result.as_result(best["draft"], best["draft_length"])))
+        verify_costs = None
+        baseline = next((spec for spec in specs if spec.key == BASELINE), None)
+        if baseline is not None:  # for the ceiling of speculation on these kernels (ceiling.py)
+            progress.step("target's verification costs")
+            verify_costs = workers[baseline.kernel].call(
+                "verify_costs", pipeline=BASELINE, messages=prompts[0]["messages"],
+                sizes=list(range(1, VERIFY_SIZES + 1)), reps=VERIFY_REPS)["seconds"]
     finally:
         for worker in workers.values():
             worker.close()
@@ -140,6 +151,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
         "llama_cpp_sweep": sweep,
         "llama_cpp_best": best,
         "runs": runs,
+        "verify_costs": verify_costs,
         "seconds": time.perf_counter() - began,
     }
 

@@ -46,6 +46,29 @@ class Worker:
 
         return {"text": apply_chat_template(self.pipelines[pipeline].target, messages)}
 
+    def verify_costs(self, pipeline: str, messages: list[dict], sizes: list[int], reps: int) -> dict:
+        """Median seconds for the pipeline's target to evaluate n new tokens after the prompt, per n in
+        ``sizes``: what verifying a draft of n - 1 tokens costs (the tokens' values do not change it)."""
+        import statistics
+
+        from assistant.engine.chat_template import chat_prompt_tokens
+        from assistant.engine.sequence import TokenSequence
+
+        context = self.pipelines[pipeline].chain.levels[0].context
+        prompt = chat_prompt_tokens(self.pipelines[pipeline].target, messages)
+        context.reset()
+        context.evaluate(TokenSequence(prompt), len(prompt) - 1)
+        fillers = sorted(set(prompt))[:2]  # two tokens of the vocabulary: alternated, each batch is new to the cache
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for rep in range(reps):
+            for index, n in enumerate(sizes):
+                batch = TokenSequence(prompt + [fillers[(rep + index) % 2]] * n)
+                began = time.perf_counter()
+                context.evaluate(batch, len(prompt))
+                times[n].append(time.perf_counter() - began)
+        context.reset()
+        return {"seconds": {str(n): statistics.median(values) for n, values in times.items()}}
+
     def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
         from assistant.speculative import Sampling, Stats
 
