@@ -58,17 +58,21 @@ class KernelRun:
     bandwidth_gbps: float
     results: list[dict]        # {kernel, n, seconds, gbps, seconds_median, cpu_share}
     weight_bytes: dict[str, int]
+    fma_peak_gflops: float | None = None  # f32 multiply-add peak, fma_bits wide
+    fma_bits: int | None = None
 
 
 def run_mulmat(tool: Path, threads: int, gb: float, reps: int, kernels=KERNELS, ns=NS) -> KernelRun:
     out = subprocess.run([str(tool), "--threads", str(threads), "--gb", str(gb), "--reps", str(reps),
                           "--n", ",".join(map(str, ns)), "--kernels", ",".join(kernels)],
                          capture_output=True, text=True, check=True).stdout
-    bandwidth, sizes, times = 0.0, {}, {}
+    bandwidth, sizes, times, peak = 0.0, {}, {}, {}
     for line in out.splitlines():
         row = json.loads(line)
         if "bandwidth_gbps" in row:
             bandwidth = row["bandwidth_gbps"]
+        elif "fma_peak_gflops" in row:
+            peak = row
         elif "rep" in row:
             times.setdefault((row["kernel"], row["n"]), []).append((row["seconds"], row["cpu_share"]))
         else:
@@ -78,7 +82,7 @@ def run_mulmat(tool: Path, threads: int, gb: float, reps: int, kernels=KERNELS, 
         best, share = min(reps)  # the least disturbed repetition
         results.append({"kernel": kernel, "n": n, "seconds": best, "gbps": sizes[kernel] / best / 1e9,
                         "seconds_median": statistics.median(s for s, _ in reps), "cpu_share": share})
-    return KernelRun(bandwidth, results, sizes)
+    return KernelRun(bandwidth, results, sizes, peak.get("fma_peak_gflops") or None, peak.get("fma_bits"))
 
 
 def read_bandwidth(tool: Path, threads: int, gb: float = 1.1, reps: int = 8) -> float:
@@ -118,6 +122,10 @@ def summary(run: KernelRun) -> dict:
             "n8_over_n1": t[(ours, 8)]["seconds"] / t[(ours, 1)]["seconds"],
             "n1_fraction_of_bandwidth": t[(ours, 1)]["gbps"] / run.bandwidth_gbps if run.bandwidth_gbps else None,
         }
+        if kind == "bf16" and run.fma_peak_gflops and (ours, 16) in t:
+            # every bf16 weight is one multiply-add per column: 2 flops x (bytes / 2) x 16 columns
+            flops = 2 * run.weight_bytes[ours] / 2 * 16
+            out[kind]["n16_fraction_of_fma_peak"] = flops / t[(ours, 16)]["seconds"] / 1e9 / run.fma_peak_gflops
         if (stock, 1) in t and (stock, 8) in t:
             out[kind]["speedup_vs_stock_n1"] = t[(stock, 1)]["seconds"] / t[(ours, 1)]["seconds"]
             out[kind]["speedup_vs_stock_n8"] = t[(stock, 8)]["seconds"] / t[(ours, 8)]["seconds"]
@@ -137,7 +145,9 @@ def markdown(report: dict) -> str:
     lines = [f"# Kernel benchmark ({report['threads']} threads)", "",
              f"CPU: {cpu.get('model', '?')} [{cpu.get('class', '?')}]; our kernels: {report.get('kernels', '?')}; "
              f"llama.cpp's CPU variant: {report.get('cpu_variant', '?')}.", "",
-             f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**. Weight sets: "
+             f"Measured read bandwidth: **{report['bandwidth_gbps']:.1f} GB/s**"
+             + (f"; f32 multiply-add peak ({report['fma_bits']}-bit): **{report['fma_peak_gflops']:.0f} GFLOP/s**"
+                if report.get("fma_peak_gflops") else "") + ". Weight sets: "
              + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in report["weight_bytes"].items()) + ".", "",
              "MUL_MAT over the whole set, best of the repetitions (ms, effective GB/s; `cpu_share` in the JSON "
              "below ~0.95 means other processes took our cores during that repetition):", "",
@@ -153,7 +163,8 @@ def markdown(report: dict) -> str:
     rows = [("ours N=8 / ours N=1", "n8_over_n1", targets[0]),
             ("speedup vs stock, N=1", "speedup_vs_stock_n1", targets[1]),
             ("speedup vs stock, N=8", "speedup_vs_stock_n8", targets[2]),
-            ("N=1 share of read bandwidth", "n1_fraction_of_bandwidth", targets[3])]
+            ("N=1 share of read bandwidth", "n1_fraction_of_bandwidth", targets[3]),
+            ("N=16 share of the f32 FMA peak (BF16 widens to f32)", "n16_fraction_of_fma_peak", "-")]
     for label, key, target in rows:
         cells = []
         for kind in ("mxfp4", "bf16"):

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     tool = bench.mulmat_tool(directory)
     print(f"[bench] {args.threads} threads, {args.gb} GB per weight set, {args.reps} repetitions", file=sys.stderr)
     run = bench.run_mulmat(tool, args.threads, args.gb, args.reps, kernels=args.kernels.split(","))
-    report = {"threads": args.threads, "bandwidth_gbps": run.bandwidth_gbps, "weight_bytes": run.weight_bytes,
+    report = {"threads": args.threads, "bandwidth_gbps": run.bandwidth_gbps, "fma_peak_gflops": run.fma_peak_gflops,
+              "fma_bits": run.fma_bits, "weight_bytes": run.weight_bytes,
               "results": sorted(run.results, key=lambda r: (bench.KERNELS.index(r["kernel"])
                                                             if r["kernel"] in bench.KERNELS else 99, r["n"])),
               "build": directory.name}
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     report["kernels"] = cpu.kernel_description()
     report["cpu_variant"] = cpu.llama_cpu_variant()
     report["summary"] = bench.summary(run)
+    if not any(f"bf16={path}" in report["kernels"] for path in ("avx2", "neon")):  # AMX and AVX-512 are not 256-bit FMAs
+        report["summary"].get("bf16", {}).pop("n16_fraction_of_fma_peak", None)
     report["invariance"] = bench.check_invariance(tool, kernels=args.kernels.split(","))
 
     if args.llama_bench:

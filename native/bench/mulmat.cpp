@@ -1,5 +1,5 @@
 // Times ggml MUL_MAT through the real CPU backend and its buffer types, on weight sets larger than the
-// last-level cache, and measures the machine's read bandwidth with the same thread count.
+// last-level cache, and measures the machine's read bandwidth and f32 FMA peak with the same thread count.
 // Built and driven by native/bench (python -m native.bench); prints one JSON object per line.
 //
 //   mulmat-bench --threads 2 --gb 1.1 --reps 5 --n 1,2,4,8,16 --kernels mxfp4-ours,mxfp4-repack,...
@@ -25,8 +25,10 @@
 #include <thread>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__x86_64__)
 #    include <immintrin.h>
+#elif defined(__aarch64__)
+#    include <arm_neon.h>
 #endif
 
 namespace {
@@ -197,6 +199,70 @@ double read_bandwidth(int threads, size_t bytes, int reps) {
     return best;
 }
 
+// Best-of-reps f32 multiply-add peak in GFLOP/s, each thread running 12 independent chains of FMAs (enough to
+// cover their latency on every CPU we know): the compute limit a BF16 kernel that widens to f32 works
+// against. 256-bit FMAs on x86-64 (what the AVX2 paths use), 128-bit on ARM64, plain fmaf elsewhere.
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_chains(int64_t rounds) {
+    __m256       acc[12];
+    const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps((float) i);
+    for (int64_t r = 0; r < rounds; ++r) {
+        for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    }
+    float out[8], sum = 0;
+    for (int i = 0; i < 12; ++i) {
+        _mm256_storeu_ps(out, acc[i]);
+        sum += out[0];
+    }
+    return sum;
+}
+constexpr int kFmaLanes = 8;
+bool fma_supported() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#elif defined(__aarch64__)
+float fma_chains(int64_t rounds) {
+    float32x4_t acc[12];
+    const float32x4_t a = vdupq_n_f32(0.999f), b = vdupq_n_f32(1e-3f);
+    for (int i = 0; i < 12; ++i) acc[i] = vdupq_n_f32((float) i);
+    for (int64_t r = 0; r < rounds; ++r) {
+        for (int i = 0; i < 12; ++i) acc[i] = vfmaq_f32(b, acc[i], a);
+    }
+    float sum = 0;
+    for (int i = 0; i < 12; ++i) sum += vgetq_lane_f32(acc[i], 0);
+    return sum;
+}
+constexpr int kFmaLanes = 4;
+bool fma_supported() { return true; }
+#else
+float fma_chains(int64_t rounds) {
+    float acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = (float) i;
+    for (int64_t r = 0; r < rounds; ++r) {
+        for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], 0.999f, 1e-3f);
+    }
+    float sum = 0;
+    for (float v : acc) sum += v;
+    return sum;
+}
+constexpr int kFmaLanes = 1;
+bool fma_supported() { return true; }
+#endif
+
+double fma_peak(int threads, int reps) {
+    if (!fma_supported()) return 0;
+    const int64_t      rounds = 20000000;
+    double             best   = 0;
+    std::vector<float> sink(threads);
+    for (int r = 0; r < reps; ++r) {
+        std::vector<std::thread> pool;
+        const double             t0 = now();
+        for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink[t] = fma_chains(rounds); });
+        for (auto & th : pool) th.join();
+        best = std::max(best, 2.0 * 12 * kFmaLanes * rounds * threads / (now() - t0) / 1e9);
+    }
+    return best;
+}
+
 // Batch invariance: every column of every (N, threads) configuration must equal, bit for bit, that column
 // computed alone with one thread. Checked on the set's first matrix.
 void check_invariance(ggml_backend_t backend, const WeightSet & set, std::mt19937 & rng) {
@@ -277,6 +343,8 @@ int main(int argc, char ** argv) {
     }
     if (bandwidth) {
         std::printf("{\"bandwidth_gbps\": %.3f, \"threads\": %d}\n", read_bandwidth(threads, (size_t) (gb * 1e9), reps), threads);
+        std::printf("{\"fma_peak_gflops\": %.1f, \"fma_bits\": %d, \"threads\": %d}\n", fma_peak(threads, 3),
+                    32 * kFmaLanes, threads);
         std::fflush(stdout);
     }
 
