@@ -186,11 +186,12 @@ class AdaptivePolicy:
         if drafter is None:
             return
         self.tried.add((level, drafter))
+        judged = drafted
         if drafter in self.supply:
             self.supply[drafter].add(drafted, exhausted)
-            self.pairs[level, drafter].add(accepted, accepted + (accepted < drafted))
         else:
-            self.pairs[level, drafter].add(accepted, accepted + (accepted < max(drafted, 1)))
+            judged = max(drafted, 1)  # a model that proposed nothing counts as one rejection
+        self.pairs[level, drafter].add(accepted, accepted + (accepted < judged))
 
     def record_draft(self, level: int, tokens: int, seconds: float) -> None:
         """The last level of a shape drafted ``tokens`` in ``seconds`` (catching up excluded)."""

@@ -110,8 +110,9 @@ def llama_bench(directory: Path, model: Path, threads: int, reps: int, env: dict
     return {row["n_prompt"]: row["avg_ns"] / 1e6 for row in json.loads(out)}
 
 
-def summary(run: KernelRun) -> dict:
-    """The figures the issues ask for, from one run."""
+def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
+    """The figures the issues ask for, from one run; with ``bf16_widens`` (the BF16 path widens to f32 FMAs as
+    wide as the measured peak's: avx2, neon) also BF16's batch of 16 as a share of that peak."""
     t = {(r["kernel"], r["n"]): r for r in run.results}
     out = {}
     for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock")):
@@ -122,7 +123,7 @@ def summary(run: KernelRun) -> dict:
             "n8_over_n1": t[(ours, 8)]["seconds"] / t[(ours, 1)]["seconds"],
             "n1_fraction_of_bandwidth": t[(ours, 1)]["gbps"] / run.bandwidth_gbps if run.bandwidth_gbps else None,
         }
-        if kind == "bf16" and run.fma_peak_gflops and (ours, 16) in t:
+        if kind == "bf16" and bf16_widens and run.fma_peak_gflops and (ours, 16) in t:
             # every bf16 weight is one multiply-add per column: 2 flops x (bytes / 2) x 16 columns
             flops = 2 * run.weight_bytes[ours] / 2 * 16
             out[kind]["n16_fraction_of_fma_peak"] = flops / t[(ours, 16)]["seconds"] / 1e9 / run.fma_peak_gflops
