@@ -141,8 +141,9 @@ struct Pass {
     int64_t      begin, end;   // value pairs of K
     bool         first, last;  // start from zero / write the sums to out (else keep them in state)
     float *      state;        // 2 * H * NC vectors of 8 floats
-    const char * ahead;        // lines to prefetch into L2, spread evenly over the pass: line (i * step) >> 16
-    uint32_t     step;
+    const char * ahead;        // `lines` lines to prefetch into L2 from here, `burst` of them every `every * burst`
+    int64_t      lines, every;  // value pairs, so they spread over the pass
+    int          burst;
 };
 
 // The same pointer, opaque to the optimiser: for 3 columns and both halves GCC would otherwise merge the
@@ -164,20 +165,28 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
         lo[i / NC][i % NC] = pass.first ? _mm256_setzero_ps() : _mm256_load_ps(pass.state + 16 * i);
         hi[i / NC][i % NC] = pass.first ? _mm256_setzero_ps() : _mm256_load_ps(pass.state + 16 * i + 8);
     }
-    for (int64_t p = pass.begin; p < pass.end; ++p) {
-        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
-        if (AHEAD) _mm_prefetch(pass.ahead + (((uint64_t) (p - pass.begin) * pass.step) >> 16) * 64, _MM_HINT_T1);
+    const char * line = pass.ahead;
+    int64_t      left = AHEAD ? pass.lines : 0;
+    for (int64_t p = pass.begin; p < pass.end;) {
+        int64_t stop = pass.end;
+        if (AHEAD && left > 0) {
+            for (int i = 0; i < pass.burst && left > 0; ++i, --left, line += 64) _mm_prefetch(line, _MM_HINT_T1);
+            stop = std::min(stop, p + pass.every * pass.burst);
+        }
+        for (; p < stop; ++p) {
+            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
 #    pragma GCC unroll 2
-        for (int h = 0; h < H; ++h) {
-            const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
-            const __m256  wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
-            const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+            for (int h = 0; h < H; ++h) {
+                const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
+                const __m256  wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+                const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
 #    pragma GCC unroll 8
-            for (int j = 0; j < NC; ++j) {
-                const float * f = H > 1 && NC > 2 ? unmerged(cols[j].f) : cols[j].f;
-                const __m256  a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (f + 2 * p)));
-                lo[h][j]       = _mm256_fmadd_ps(wl, a, lo[h][j]);
-                hi[h][j]       = _mm256_fmadd_ps(wh, a, hi[h][j]);
+                for (int j = 0; j < NC; ++j) {
+                    const float * f = H > 1 && NC > 2 ? unmerged(cols[j].f) : cols[j].f;
+                    const __m256  a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (f + 2 * p)));
+                    lo[h][j]       = _mm256_fmadd_ps(wl, a, lo[h][j]);
+                    hi[h][j]       = _mm256_fmadd_ps(wh, a, hi[h][j]);
+                }
             }
         }
     }
@@ -218,6 +227,10 @@ int group_passes(int nc) { return nc <= 3 ? 1 : 2; }
 // weights, so a chunk and the next one being fetched stay in L2 whatever K is. Measured on the EPYC
 // (N = 8..16): 1024 pairs beat 64..512 by 2-8%, and 2048 gained nothing more.
 constexpr int64_t kChunkPairs = 1024;
+// Value pairs between two rounds of prefetching the next chunk: a round takes several lines at once where a
+// pass has more than one to fetch every few pairs, so the loop is not cut into pieces of 1 or 2 pairs (a
+// line every pair, addressed by a multiply, cost 10% of the multiply-adds on the Xeon).
+constexpr int64_t kAheadSpan = 16;
 
 // One 16-row tile against N columns on AVX2; next is the following tile's weights (null for none). A
 // verification batch (2 < N <= 16) takes several passes over each part of the tile. Whole-K passes fetched
@@ -255,10 +268,11 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
             const int nc = (int) std::min<int64_t>(kAvx2Columns, N - j0);
             Pass      pass[2];
             for (int h = 0; h < group_passes(nc); ++h, ++q) {
-                const int64_t first = std::min(q * share, lines);
+                const int64_t first = std::min(q * share, lines), mine = std::min(share, lines - first);
+                const int64_t every = mine > 0 ? std::max<int64_t>(1, (c1 - c0) / mine) : 1;
                 pass[h] = {c0, c1, c0 == 0, c1 == pairs, chunked ? state[q] : nullptr,
-                           first < lines ? ahead + first * 64 : nullptr,
-                           (uint32_t) ((std::min(share, lines - first) << 16) / (c1 - c0))};
+                           mine > 0 ? ahead + first * 64 : nullptr, mine,
+                           every, (int) ((kAheadSpan + every - 1) / every)};
             }
             kAvx2[nc - 1](tile, cols + j0, out, pass);
             if (c1 == pairs) {
