@@ -77,8 +77,8 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, i
 }
 
 #ifdef BF16_X86
-// Up to 3 columns, the pass waits on memory and prefetches into L2 (see rows_avx2): N = 1-3 took 11-21% less
-// time on the Xeon (AVX-512 path forced, 2 threads, 300 MB).
+// Up to 3 columns, the pass waits on memory and prefetches into L2 (see rows_avx2): on the Xeon (AVX-512 path
+// forced, 2 threads, 1.2 GB) N = 1/2/3 took 38/40/43 ms instead of 38/52/50.
 template <int NC>
 __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
                                                      float (*out)[kTile]) {
@@ -159,8 +159,8 @@ inline const float * unmerged(const float * p) {
 }
 
 // ONLY: the batch's only pass (N <= 3), which reads each weight line once. Its prefetch 4 KB ahead asks for
-// L2 (T1) rather than L1: on the Xeon running the AVX2 path, one core then streamed 14 GB/s instead of
-// 10 at N = 2 and 3 (two threads: N = 1 and 2 went from ~80% of the read bandwidth to ~95%). Passes that
+// L2 (T1) rather than L1: on the Xeon running the AVX2 path (2 threads, 1.2 GB) N = 1/2/3 took 39/43/44 ms
+// instead of 42/55/48. A prefetch into L1 seems to hold a fill buffer for the whole trip to DRAM. Passes that
 // read a line again from L2 (prompts, chunked batches) keep T0, which T1 slowed by up to 40%.
 template <int NC, int H, bool AHEAD, bool ONLY>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
