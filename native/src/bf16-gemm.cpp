@@ -77,9 +77,9 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, i
 }
 
 #ifdef BF16_X86
-// Up to 3 columns, the pass waits on memory and prefetches into L2 (see rows_avx2): on the Xeon (AVX-512 path
-// forced, 2 threads, 1.2 GB) N = 1/2/3 took 38/40/43 ms instead of 38/52/50.
-template <int NC>
+// ALONE: a batch of up to 3 columns in one pass waits on memory and prefetches into L2 (see rows_avx2): on the
+// Xeon (AVX-512 path forced, 2 threads, 1.2 GB) N = 1/2/3 took 38/40/43 ms instead of 38/52/50.
+template <int NC, bool ALONE = false>
 __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
                                                      float (*out)[kTile]) {
     const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
@@ -87,7 +87,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
-        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, NC <= 3 ? _MM_HINT_T1 : _MM_HINT_T0);
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
         const __m512i v  = _mm512_loadu_si512(tile + p * 2 * kTile);
         const __m512  w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // even values of the 16 rows
         const __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));  // odd values
@@ -292,6 +292,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
 
 const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
+const TileFn kAvx512Alone[3] = {tile_avx512<1, true>, tile_avx512<2, true>, tile_avx512<3, true>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
 #endif  // BF16_X86
@@ -727,7 +728,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
             switch (path) {
 #ifdef BF16_X86
                 case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
-                case BF16_PATH_AVX512: kAvx512[nc - 1](tile, K, cols, out); break;
+                case BF16_PATH_AVX512: (N <= 3 ? kAvx512Alone : kAvx512)[nc - 1](tile, K, cols, out); break;
 #endif
 #ifdef BF16_NEON
                 case BF16_PATH_NEON: kNeon[nc - 1](tile, K, cols, out); break;

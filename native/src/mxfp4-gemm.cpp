@@ -122,18 +122,19 @@ inline int32_t load_i32(const int8_t * p) {
     return v;
 }
 
-// A block's lines kPrefetchBytes ahead. With 1 or 2 columns a weight line feeds little work and the loop
-// waits on memory: prefetching into L2 (T1) rather than L1 let the cores stream more (Xeon, 2 threads, 1.28 GB:
+// A block's lines kPrefetchBytes ahead. ALONE: the batch is 1 or 2 columns in one pass, so a weight line feeds
+// little work and the loop waits on memory: prefetching into L2 (T1) rather than L1 let the cores stream more (Xeon, 2 threads, 1.28 GB:
 // the AVX2 path N = 1/2 50/59 ms instead of 63/65, AVX512-VNNI N = 1 44 ms instead of 59). With more columns
-// the loop is compute-bound and wants its lines in L1: T1 there cost 3-7%.
-template <int NC>
+// the loop is compute-bound and wants its lines in L1: T1 there cost 3-7%; so does a later group of a bigger
+// batch, which reads the tile again from cache. The kernels take ALONE as a template argument (see kAlone).
+template <bool ALONE>
 inline void prefetch_ahead(const uint8_t * blk) {
 #    pragma GCC unroll 5
-    for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, NC <= 2 ? _MM_HINT_T1 : _MM_HINT_T0);
+    for (int l = 0; l < 5; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
 }
 
 // Full 16-row tile: 8 registers of expanded weights per block stay put while all NC columns use them.
-template <int NC>
+template <int NC, bool ALONE = false>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const uint8_t * tile, int64_t nb,
                                                                           const Column * cols, float (*out)[kTile]) {
     const __m512i lut  = _mm512_broadcast_i32x4(_mm_setr_epi8(MXFP4_LUT_BYTES));
@@ -146,7 +147,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
-        prefetch_ahead<NC>(blk);
+        prefetch_ahead<ALONE>(blk);
         const __m512i   e   = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) blk));
         const __m512    ws  = _mm512_scalef_ps(half, _mm512_cvtepi32_ps(_mm512_sub_epi32(e, bias)));
         __m512i w[8];  // w[c]: values 4c..4c+3 of each row; w[c + 4]: values 16 + 4c..
@@ -209,7 +210,7 @@ __attribute__((target("avx2,fma"))) inline void add_block(const __m256i (&s)[2][
 
 // AVX-VNNI for one column: one half after the other, its 8 expanded vectors in registers (the one-pass shape
 // below measured 10% slower for a single column on the Xeon).
-template <int NC>
+template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8_t * tile, int64_t nb,
                                                                       const Column * cols, float (*out)[kTile]) {
     for (int h = 0; h < 2; ++h) {
@@ -220,7 +221,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8
             const uint8_t * blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
             __m256          ws;
             __m256i         w[8];
-            prefetch_ahead<NC>(blk);
+            prefetch_ahead<ALONE>(blk);
             expand_half(blk, h, w, ws);
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) {
@@ -246,9 +247,9 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8
 
 // The block's two halves expanded (w[h], ws[h]), prefetching ahead first; and a column's four activation
 // groups of values 16g..16g+15 broadcast. Shared by the two 256-bit one-pass kernels, whose targets differ.
-template <int NC>
+template <bool ALONE>
 __attribute__((target("avx2,fma"))) inline void expand_block(const uint8_t * blk, __m256i (&w)[2][8], __m256 (&ws)[2]) {
-    prefetch_ahead<NC>(blk);
+    prefetch_ahead<ALONE>(blk);
     expand_half(blk, 0, w[0], ws[0]);
     expand_half(blk, 1, w[1], ws[1]);
 }
@@ -271,7 +272,7 @@ __attribute__((target("avx2"))) inline void store_columns(const __m256 (&acc)[NC
 // up to 6 columns), vpdpbusd doing the four multiplies and the widening. Measured on the Xeon (AVX-VNNI
 // forced, 2 threads, 1.1 GB), N = 1/2/4/8/16: 54/54/60/97/175 ms against 53/58/71/110/186 ms with one
 // half after the other and 4 columns a pass, which a single column keeps.
-template <int NC>
+template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
                                                                float (*out)[kTile]) {
     __m256 acc[NC][2];
@@ -280,7 +281,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
     for (int64_t b = 0; b < nb; ++b) {
         __m256  ws[2];
         __m256i w[2][8];
-        expand_block<NC>(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
+        expand_block<ALONE>(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
 #    pragma GCC unroll 6
         for (int j = 0; j < NC; ++j) {
             const int8_t * q = cols[j].q + b * kBlock;
@@ -315,7 +316,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // vpmaddubsw and vpmaddwd on two pipes (vcvtdq2ps and vfmadd compete for them), so its 20 multiplies
 // bound it at 10. A loop of exactly one column's instructions on L1 data alone takes ~15 cycles (17.7 when
 // each weight load serves two columns), so the expansion and spills cost the rest; ~25% at most is left.
-template <int NC>
+template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -325,7 +326,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t
     for (int64_t b = 0; b < nb; ++b) {
         __m256  ws[2];
         __m256i w[2][8];
-        expand_block<NC>(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
+        expand_block<ALONE>(tile + b * kTile * MXFP4_BLOCK_BYTES, w, ws);
 #    pragma GCC unroll 6
         for (int j = 0; j < NC; ++j) {
             const int8_t * q = cols[j].q + b * kBlock;
@@ -472,6 +473,11 @@ const TileFn kAvx512[8] = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_
 const TileFn kAvxVnni[6] = {tile_avxvnni_halves<1>, tile_avxvnni<2>, tile_avxvnni<3>,
                             tile_avxvnni<4>, tile_avxvnni<5>, tile_avxvnni<6>};
 const TileFn kAvx2[6]    = {tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
+// Batches of 1 or 2 columns: the same kernels prefetching into L2 (see prefetch_ahead).
+constexpr int64_t kAlone = 2;
+const TileFn      kAvx512Alone[kAlone]  = {tile_avx512<1, true>, tile_avx512<2, true>};
+const TileFn      kAvxVnniAlone[kAlone] = {tile_avxvnni_halves<1, true>, tile_avxvnni<2, true>};
+const TileFn      kAvx2Alone[kAlone]    = {tile_avx2<1, true>, tile_avx2<2, true>};
 
 __attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x, int8_t * q, float * d,
                                                                    int32_t * bias, int64_t K) {
@@ -730,6 +736,9 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
     const int     path = current() == MXFP4_PATH_AMX && N < kAmxMinColumns ? MXFP4_PATH_AVX512_VNNI : current();
     const bool    ymm  = path == MXFP4_PATH_AVX2 || path == MXFP4_PATH_AVX_VNNI;  // the one-pass 256-bit kernels
     const int     step = path == MXFP4_PATH_AMX ? 16 : path == MXFP4_PATH_AVX512_VNNI ? 8 : ymm ? 6 : 4;
+#ifdef MXFP4_X86
+    const bool alone = N <= kAlone;
+#endif
     thread_local std::vector<uint8_t> wide;
     Column cols[16];
     float  out[16][kTile];
@@ -767,9 +776,9 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
                     break;
 #endif
 #ifdef MXFP4_X86
-                case MXFP4_PATH_AVX512_VNNI: kAvx512[nc - 1](tile, nb, cols, out); break;
-                case MXFP4_PATH_AVX_VNNI: kAvxVnni[nc - 1](tile, nb, cols, out); break;
-                case MXFP4_PATH_AVX2: kAvx2[nc - 1](tile, nb, cols, out); break;
+                case MXFP4_PATH_AVX512_VNNI: (alone ? kAvx512Alone : kAvx512)[nc - 1](tile, nb, cols, out); break;
+                case MXFP4_PATH_AVX_VNNI: (alone ? kAvxVnniAlone : kAvxVnni)[nc - 1](tile, nb, cols, out); break;
+                case MXFP4_PATH_AVX2: (alone ? kAvx2Alone : kAvx2)[nc - 1](tile, nb, cols, out); break;
 #endif
 #ifdef MXFP4_NEON
                 case MXFP4_PATH_NEON: kNeon[nc - 1](tile, nb, cols, out); break;
