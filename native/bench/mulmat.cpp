@@ -145,58 +145,61 @@ Run make_run(const WeightSet & set, int N, std::mt19937 & rng) {
     return run;
 }
 
-// Best-of-reps read bandwidth over a buffer as large as a weight set, each thread reading its own slice.
-double read_bandwidth(int threads, size_t bytes, int reps) {
-    std::vector<uint8_t> buf(bytes, 1);
-    double               best = 0;
-    std::vector<int64_t> sink(threads);
+// The best rate over reps runs of work(t) on threads t = 0..threads-1 at once: amount / seconds.
+template <class Work> double best_rate(int threads, int reps, double amount, Work work) {
+    double best = 0;
     for (int r = 0; r < reps; ++r) {
         std::vector<std::thread> pool;
         const double             t0 = now();
-        for (int t = 0; t < threads; ++t) {
-            pool.emplace_back([&, t] {
-                const uint8_t * p  = buf.data() + bytes / threads * t;
-                const size_t    n  = bytes / threads / 256 * 256;
-#ifdef __AVX512F__
-                __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-                for (size_t i = 0; i < n; i += 256) {
-                    // prefetched like our kernels' weight streams, so the limit is measured the same way
-                    for (int l = 0; l < 4; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
-                    a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
-                    a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
-                    a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
-                    a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
-                }
-                sink[t] = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-#elif defined(__AVX2__)
-                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-                for (size_t i = 0; i < n; i += 128) {
-                    for (int l = 0; l < 2; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
-                    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *) (p + i)));
-                    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *) (p + i + 32)));
-                    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *) (p + i + 64)));
-                    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *) (p + i + 96)));
-                }
-                int64_t lanes[4];
-                _mm256_storeu_si256((__m256i *) lanes, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-                sink[t] = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-#else
-                int64_t s[4] = {0, 0, 0, 0};
-                for (size_t i = 0; i < n; i += 32) {
-                    for (int j = 0; j < 4; ++j) {
-                        int64_t v;
-                        std::memcpy(&v, p + i + 8 * j, 8);
-                        s[j] += v;
-                    }
-                }
-                sink[t] = s[0] + s[1] + s[2] + s[3];
-#endif
-            });
-        }
+        for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
         for (auto & th : pool) th.join();
-        best = std::max(best, bytes / (now() - t0) / 1e9);
+        best = std::max(best, amount / (now() - t0));
     }
     return best;
+}
+
+// Best-of-reps read bandwidth over a buffer as large as a weight set, each thread reading its own slice.
+double read_bandwidth(int threads, size_t bytes, int reps) {
+    std::vector<uint8_t> buf(bytes, 1);
+    std::vector<int64_t> sink(threads);
+    return best_rate(threads, reps, bytes / 1e9, [&](int t) {
+        const uint8_t * p  = buf.data() + bytes / threads * t;
+        const size_t    n  = bytes / threads / 256 * 256;
+#ifdef __AVX512F__
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = 0; i < n; i += 256) {
+            // prefetched like our kernels' weight streams, so the limit is measured the same way
+            for (int l = 0; l < 4; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
+            a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
+            a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
+            a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
+            a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
+        }
+        sink[t] = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+#elif defined(__AVX2__)
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = 0; i < n; i += 128) {
+            for (int l = 0; l < 2; ++l) _mm_prefetch((const char *) p + i + 4096 + 64 * l, _MM_HINT_T0);
+            a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *) (p + i)));
+            a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *) (p + i + 32)));
+            a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *) (p + i + 64)));
+            a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *) (p + i + 96)));
+        }
+        int64_t lanes[4];
+        _mm256_storeu_si256((__m256i *) lanes, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+        sink[t] = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+#else
+        int64_t s[4] = {0, 0, 0, 0};
+        for (size_t i = 0; i < n; i += 32) {
+            for (int j = 0; j < 4; ++j) {
+                int64_t v;
+                std::memcpy(&v, p + i + 8 * j, 8);
+                s[j] += v;
+            }
+        }
+        sink[t] = s[0] + s[1] + s[2] + s[3];
+#endif
+    });
 }
 
 // Best-of-reps f32 multiply-add peak in GFLOP/s, each thread running 12 independent chains of FMAs (enough to
@@ -251,16 +254,9 @@ bool fma_supported() { return true; }
 double fma_peak(int threads, int reps) {
     if (!fma_supported()) return 0;
     const int64_t      rounds = 20000000;
-    double             best   = 0;
     std::vector<float> sink(threads);
-    for (int r = 0; r < reps; ++r) {
-        std::vector<std::thread> pool;
-        const double             t0 = now();
-        for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink[t] = fma_chains(rounds); });
-        for (auto & th : pool) th.join();
-        best = std::max(best, 2.0 * 12 * kFmaLanes * rounds * threads / (now() - t0) / 1e9);
-    }
-    return best;
+    return best_rate(threads, reps, 2.0 * 12 * kFmaLanes * rounds * threads / 1e9,
+                     [&](int t) { sink[t] = fma_chains(rounds); });
 }
 
 // Batch invariance: every column of every (N, threads) configuration must equal, bit for bit, that column

@@ -146,7 +146,7 @@ struct Pass {
     const char * ahead;        // `lines` lines to prefetch into L2 from here, `burst` of them every `every * burst`
     int64_t      lines, every;  // value pairs, so they spread over the pass
     int          burst;
-    bool         only;         // the batch's only pass over the weights (see rows_avx2)
+    bool         alone;        // the batch's only pass over the weights (see rows_avx2)
 };
 
 // The same pointer, opaque to the optimiser: for 3 columns and both halves GCC would otherwise merge the
@@ -158,11 +158,11 @@ inline const float * unmerged(const float * p) {
     return p;
 }
 
-// ONLY: the batch's only pass (N <= 3), which reads each weight line once. Its prefetch 4 KB ahead asks for
+// ALONE: the batch's only pass (N <= 3), which reads each weight line once. Its prefetch 4 KB ahead asks for
 // L2 (T1) rather than L1: on the Xeon running the AVX2 path (2 threads, 1.2 GB) N = 1/2/3 took 39/43/44 ms
 // instead of 42/55/48. A prefetch into L1 seems to hold a fill buffer for the whole trip to DRAM. Passes that
 // read a line again from L2 (prompts, chunked batches) keep T0, which T1 slowed by up to 40%.
-template <int NC, int H, bool AHEAD, bool ONLY>
+template <int NC, int H, bool AHEAD, bool ALONE>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                    int h0, const Pass & pass) {
     const __m256i zero = _mm256_setzero_si256();
@@ -181,7 +181,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
             stop = std::min(stop, p + pass.every * pass.burst);
         }
         for (; p < stop; ++p) {
-            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, ONLY ? _MM_HINT_T1 : _MM_HINT_T0);
+            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
 #    pragma GCC unroll 2
             for (int h = 0; h < H; ++h) {
                 const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
@@ -214,7 +214,7 @@ __attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const
                                                     const Pass * passes) {
     if (NC <= 3) {
         if (passes[0].ahead) rows_avx2<NC, 2, true, false>(tile, cols, out, 0, passes[0]);
-        else if (passes[0].only) rows_avx2<NC, 2, false, true>(tile, cols, out, 0, passes[0]);
+        else if (passes[0].alone) rows_avx2<NC, 2, false, true>(tile, cols, out, 0, passes[0]);
         else rows_avx2<NC, 2, false, false>(tile, cols, out, 0, passes[0]);
     } else {
         for (int h = 0; h < 2; ++h) {
@@ -292,7 +292,9 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
 
 const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
-const TileFn kAvx512Alone[3] = {tile_avx512<1, true>, tile_avx512<2, true>, tile_avx512<3, true>};
+// Batches of up to 3 columns: the same kernel prefetching into L2 (see tile_avx512).
+constexpr int64_t kAlone = 3;
+const TileFn      kAvx512Alone[kAlone] = {tile_avx512<1, true>, tile_avx512<2, true>, tile_avx512<3, true>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
 #endif  // BF16_X86
@@ -728,7 +730,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
             switch (path) {
 #ifdef BF16_X86
                 case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
-                case BF16_PATH_AVX512: (N <= 3 ? kAvx512Alone : kAvx512)[nc - 1](tile, K, cols, out); break;
+                case BF16_PATH_AVX512: (N <= kAlone ? kAvx512Alone : kAvx512)[nc - 1](tile, K, cols, out); break;
 #endif
 #ifdef BF16_NEON
                 case BF16_PATH_NEON: kNeon[nc - 1](tile, K, cols, out); break;
