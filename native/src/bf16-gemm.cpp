@@ -77,7 +77,7 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, i
 }
 
 #ifdef BF16_X86
-// ALONE: a batch of up to 3 columns in one pass waits on memory and prefetches into L2 (see rows_avx2): on the
+// ALONE: a batch of up to 3 columns in one pass waits on memory and prefetches into L2 (see Fetch): on the
 // Xeon (AVX-512 path forced, 2 threads, 1.2 GB) N = 1/2/3 took 38/40/43 ms instead of 38/52/50.
 template <int NC, bool ALONE = false>
 __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
@@ -135,7 +135,19 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 // accumulators of the common arithmetic, added pairwise at the end (vhaddps puts the 8 rows in order).
 // Against splitting even and odd values into separate vectors this saves a broadcast per two FMAs, and
 // the instruction stream was what held the FMA ports back (A/B on the AVX2-only EPYC).
-//
+
+// How a pass prefetches the weight lines it reads 4 KB further on (measured on the Xeon running the AVX2
+// path, 2 threads, 1.2 GB):
+//   L2    the batch's only pass (N <= 3), which reads each line once and waits on memory: into L2 (T1) rather
+//         than L1, N = 1/2/3 took 39/43/44 ms instead of 42/55/48. A prefetch into L1 seems to hold a fill
+//         buffer for the whole trip to DRAM.
+//   None  a batch of 4 or 5 columns (two passes, still waiting on memory): the next chunk's lines, fetched
+//         into L2 during the pass before, are all it needs; a prefetch into L1 as well made N = 4/5 take
+//         49/59 ms instead of 48/54 with K = 512, 55/62 instead of 49/54 with K = 16384.
+//   L1    every other pass (prompts, batches of 6 and more), which is compute-bound and reads its lines
+//         again from L2: T1 slowed them by up to 40%, and no prefetch N = 6 by 6-24%.
+enum class Fetch { L1, L2, None };
+
 // A pass covers the value pairs [begin, end) of K: a batch that takes several passes over a tile goes
 // through K in chunks (see tile_avx2), keeping its accumulators in state between chunks; storing and
 // reloading them changes no bit of the fma sequence.
@@ -146,7 +158,7 @@ struct Pass {
     const char * ahead;        // `lines` lines to prefetch into L2 from here, `burst` of them every `every * burst`
     int64_t      lines, every;  // value pairs, so they spread over the pass
     int          burst;
-    bool         alone;        // the batch's only pass over the weights (see rows_avx2)
+    Fetch        fetch;        // how it prefetches the lines it reads next (see Fetch)
 };
 
 // The same pointer, opaque to the optimiser: for 3 columns and both halves GCC would otherwise merge the
@@ -158,11 +170,7 @@ inline const float * unmerged(const float * p) {
     return p;
 }
 
-// ALONE: the batch's only pass (N <= 3), which reads each weight line once. Its prefetch 4 KB ahead asks for
-// L2 (T1) rather than L1: on the Xeon running the AVX2 path (2 threads, 1.2 GB) N = 1/2/3 took 39/43/44 ms
-// instead of 42/55/48. A prefetch into L1 seems to hold a fill buffer for the whole trip to DRAM. Passes that
-// read a line again from L2 (prompts, chunked batches) keep T0, which T1 slowed by up to 40%.
-template <int NC, int H, bool AHEAD, bool ALONE>
+template <int NC, int H, bool AHEAD, Fetch FETCH>
 __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                    int h0, const Pass & pass) {
     const __m256i zero = _mm256_setzero_si256();
@@ -181,7 +189,9 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
             stop = std::min(stop, p + pass.every * pass.burst);
         }
         for (; p < stop; ++p) {
-            _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
+            const char * further = (const char *) (tile + p * 2 * kTile) + kPrefetchBytes;
+            if (FETCH == Fetch::L1) _mm_prefetch(further, _MM_HINT_T0);
+            if (FETCH == Fetch::L2) _mm_prefetch(further, _MM_HINT_T1);
 #    pragma GCC unroll 2
             for (int h = 0; h < H; ++h) {
                 const __m256i v  = _mm256_loadu_si256((const __m256i *) (tile + p * 2 * kTile + 16 * (h0 + h)));
@@ -213,13 +223,19 @@ template <int NC>
 __attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                     const Pass * passes) {
     if (NC <= 3) {
-        if (passes[0].ahead) rows_avx2<NC, 2, true, false>(tile, cols, out, 0, passes[0]);
-        else if (passes[0].alone) rows_avx2<NC, 2, false, true>(tile, cols, out, 0, passes[0]);
-        else rows_avx2<NC, 2, false, false>(tile, cols, out, 0, passes[0]);
+        if (passes[0].ahead) rows_avx2<NC, 2, true, Fetch::L1>(tile, cols, out, 0, passes[0]);
+        else if (passes[0].fetch == Fetch::L2) rows_avx2<NC, 2, false, Fetch::L2>(tile, cols, out, 0, passes[0]);
+        else rows_avx2<NC, 2, false, Fetch::L1>(tile, cols, out, 0, passes[0]);
     } else {
         for (int h = 0; h < 2; ++h) {
-            if (passes[h].ahead) rows_avx2<NC, 1, true, false>(tile, cols, out, h, passes[h]);
-            else rows_avx2<NC, 1, false, false>(tile, cols, out, h, passes[h]);
+            const bool none = passes[h].fetch == Fetch::None;
+            if (passes[h].ahead) {
+                if (none) rows_avx2<NC, 1, true, Fetch::None>(tile, cols, out, h, passes[h]);
+                else rows_avx2<NC, 1, true, Fetch::L1>(tile, cols, out, h, passes[h]);
+            } else {
+                if (none) rows_avx2<NC, 1, false, Fetch::None>(tile, cols, out, h, passes[h]);
+                else rows_avx2<NC, 1, false, Fetch::L1>(tile, cols, out, h, passes[h]);
+            }
         }
     }
 }
@@ -256,6 +272,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
     }
     const bool    chunked = passes > 1 && N <= 16;
     const int64_t chunk   = chunked ? kChunkPairs : pairs;
+    const Fetch   fetch   = passes == 1 ? Fetch::L2 : N < kAvx2Columns ? Fetch::None : Fetch::L1;
     alignas(32) float state[6][2 * 2 * kAvx2Columns * 8];  // one per pass: N <= 16 makes at most 3 groups, 6 passes
     float             out[kAvx2Columns][kTile];
     for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
@@ -280,7 +297,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
                 const int64_t every = mine > 0 ? std::max<int64_t>(1, (c1 - c0) / mine) : 1;
                 pass[h] = {c0, c1, c0 == 0, c1 == pairs, chunked ? state[q] : nullptr,
                            mine > 0 ? ahead + first * 64 : nullptr, mine,
-                           every, (int) ((kAheadSpan + every - 1) / every), passes == 1};
+                           every, (int) ((kAheadSpan + every - 1) / every), fetch};
             }
             kAvx2[nc - 1](tile, cols + j0, out, pass);
             if (c1 == pairs) {
