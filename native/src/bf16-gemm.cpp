@@ -77,9 +77,19 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, i
 }
 
 #ifdef BF16_X86
-// ALONE: a batch of up to 3 columns in one pass waits on memory and prefetches into L2 (see Fetch): on the
-// Xeon (AVX-512 path forced, 2 threads, 1.2 GB) N = 1/2/3 took 38/40/43 ms instead of 38/52/50.
-template <int NC, bool ALONE = false>
+// How a pass prefetches the weight lines it reads 4 KB further on (measured on the Xeon, each path forced,
+// 2 threads, 1.2 GB):
+//   L2    the batch's only pass (N <= 3), which reads each line once and waits on memory: into L2 (T1) rather
+//         than L1, N = 1/2/3 took 39/43/44 ms instead of 42/55/48 on AVX2, 38/40/43 instead of 38/52/50 on
+//         AVX-512. A prefetch into L1 seems to hold a fill buffer for the whole trip to DRAM.
+//   None  AVX2, a batch of 4 or 5 columns (two passes, still waiting on memory): the next chunk's lines, fetched
+//         into L2 during the pass before, are all it needs; a prefetch into L1 as well made N = 4/5 take
+//         49/59 ms instead of 48/54 with K = 512, 55/62 instead of 49/54 with K = 16384.
+//   L1    every other pass (prompts, batches of 6 and more), which is compute-bound and reads its lines
+//         again from L2: T1 slowed them by up to 40%, and no prefetch N = 6 by 6-24%.
+enum class Fetch { L1, L2, None };
+
+template <int NC, Fetch FETCH = Fetch::L1>
 __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64_t K, const Column * cols,
                                                      float (*out)[kTile]) {
     const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
@@ -87,7 +97,8 @@ __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; ++p) {
-        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
+        const char * further = (const char *) (tile + p * 2 * kTile) + kPrefetchBytes;
+        _mm_prefetch(further, FETCH == Fetch::L2 ? _MM_HINT_T1 : _MM_HINT_T0);
         const __m512i v  = _mm512_loadu_si512(tile + p * 2 * kTile);
         const __m512  w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));  // even values of the 16 rows
         const __m512  w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));  // odd values
@@ -135,18 +146,6 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 // accumulators of the common arithmetic, added pairwise at the end (vhaddps puts the 8 rows in order).
 // Against splitting even and odd values into separate vectors this saves a broadcast per two FMAs, and
 // the instruction stream was what held the FMA ports back (A/B on the AVX2-only EPYC).
-
-// How a pass prefetches the weight lines it reads 4 KB further on (measured on the Xeon running the AVX2
-// path, 2 threads, 1.2 GB):
-//   L2    the batch's only pass (N <= 3), which reads each line once and waits on memory: into L2 (T1) rather
-//         than L1, N = 1/2/3 took 39/43/44 ms instead of 42/55/48. A prefetch into L1 seems to hold a fill
-//         buffer for the whole trip to DRAM.
-//   None  a batch of 4 or 5 columns (two passes, still waiting on memory): the next chunk's lines, fetched
-//         into L2 during the pass before, are all it needs; a prefetch into L1 as well made N = 4/5 take
-//         49/59 ms instead of 48/54 with K = 512, 55/62 instead of 49/54 with K = 16384.
-//   L1    every other pass (prompts, batches of 6 and more), which is compute-bound and reads its lines
-//         again from L2: T1 slowed them by up to 40%, and no prefetch N = 6 by 6-24%.
-enum class Fetch { L1, L2, None };
 
 // A pass covers the value pairs [begin, end) of K: a batch that takes several passes over a tile goes
 // through K in chunks (see tile_avx2), keeping its accumulators in state between chunks; storing and
@@ -218,25 +217,30 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
     }
 }
 
+// One pass of rows_avx2, its prefetching (AHEAD, FETCH) chosen at run time.
+template <int NC, int H>
+__attribute__((target("avx2,fma"))) void pass_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
+                                                   int h0, const Pass & pass) {
+    if (pass.ahead) {
+        if (pass.fetch == Fetch::None) rows_avx2<NC, H, true, Fetch::None>(tile, cols, out, h0, pass);
+        else rows_avx2<NC, H, true, Fetch::L1>(tile, cols, out, h0, pass);
+    } else if (pass.fetch == Fetch::L2) {
+        rows_avx2<NC, H, false, Fetch::L2>(tile, cols, out, h0, pass);
+    } else if (pass.fetch == Fetch::None) {
+        rows_avx2<NC, H, false, Fetch::None>(tile, cols, out, h0, pass);
+    } else {
+        rows_avx2<NC, H, false, Fetch::L1>(tile, cols, out, h0, pass);
+    }
+}
+
 // One group of NC columns: both halves at once for NC <= 3 (one pass), else one half per pass.
 template <int NC>
 __attribute__((target("avx2,fma"))) void group_avx2(const uint16_t * tile, const Column * cols, float (*out)[kTile],
                                                     const Pass * passes) {
     if (NC <= 3) {
-        if (passes[0].ahead) rows_avx2<NC, 2, true, Fetch::L1>(tile, cols, out, 0, passes[0]);
-        else if (passes[0].fetch == Fetch::L2) rows_avx2<NC, 2, false, Fetch::L2>(tile, cols, out, 0, passes[0]);
-        else rows_avx2<NC, 2, false, Fetch::L1>(tile, cols, out, 0, passes[0]);
+        pass_avx2<NC, 2>(tile, cols, out, 0, passes[0]);
     } else {
-        for (int h = 0; h < 2; ++h) {
-            const bool none = passes[h].fetch == Fetch::None;
-            if (passes[h].ahead) {
-                if (none) rows_avx2<NC, 1, true, Fetch::None>(tile, cols, out, h, passes[h]);
-                else rows_avx2<NC, 1, true, Fetch::L1>(tile, cols, out, h, passes[h]);
-            } else {
-                if (none) rows_avx2<NC, 1, false, Fetch::None>(tile, cols, out, h, passes[h]);
-                else rows_avx2<NC, 1, false, Fetch::L1>(tile, cols, out, h, passes[h]);
-            }
-        }
+        for (int h = 0; h < 2; ++h) pass_avx2<NC, 1>(tile, cols, out, h, passes[h]);
     }
 }
 
@@ -309,9 +313,10 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const 
 
 const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
                                tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
-// Batches of up to 3 columns: the same kernel prefetching into L2 (see tile_avx512).
+// Batches of up to 3 columns: the same kernel prefetching into L2 (see Fetch).
 constexpr int64_t kAlone = 3;
-const TileFn      kAvx512Alone[kAlone] = {tile_avx512<1, true>, tile_avx512<2, true>, tile_avx512<3, true>};
+const TileFn      kAvx512Alone[kAlone] = {tile_avx512<1, Fetch::L2>, tile_avx512<2, Fetch::L2>,
+                                          tile_avx512<3, Fetch::L2>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
 #endif  // BF16_X86

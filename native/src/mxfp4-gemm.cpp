@@ -123,10 +123,11 @@ inline int32_t load_i32(const int8_t * p) {
 }
 
 // A block's lines kPrefetchBytes ahead. ALONE: the batch is 1 or 2 columns in one pass, so a weight line feeds
-// little work and the loop waits on memory: prefetching into L2 (T1) rather than L1 let the cores stream more (Xeon, 2 threads, 1.28 GB:
-// the AVX2 path N = 1/2 50/59 ms instead of 63/65, AVX512-VNNI N = 1 44 ms instead of 59). With more columns
-// the loop is compute-bound and wants its lines in L1: T1 there cost 3-7%; so does a later group of a bigger
-// batch, which reads the tile again from cache. The kernels take ALONE as a template argument (see kAlone).
+// little work and the loop waits on memory: prefetching into L2 (T1) rather than L1 let the cores stream more
+// (Xeon, 2 threads, 1.28 GB: the AVX2 path N = 1/2 50/59 ms instead of 63/65, AVX512-VNNI N = 1 44 ms instead
+// of 59). With more columns the loop is compute-bound and wants its lines in L1: T1 there cost 3-7%; so does a
+// later group of a bigger batch, which reads the tile again from cache. The kernels take ALONE as a template
+// argument (see kAlone).
 template <bool ALONE>
 inline void prefetch_ahead(const uint8_t * blk) {
 #    pragma GCC unroll 5
@@ -177,7 +178,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_avx512(const ui
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], acc[j]);
 }
-
 
 // The 256-bit paths (AVX-VNNI, AVX2) see a tile as two halves of 8 rows. One half of a block expands into
 // 8 vectors of code value * 2 + 12 (the unsigned operand of vpdpbusd and vpmaddubsw; w[c]: values 4c..4c+3
