@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
@@ -118,6 +119,40 @@ def test_kernel_bench_reports_the_fma_peak_and_bf16_against_it():
                            "fma_bits": run.fma_bits, "weight_bytes": run.weight_bytes, "results": run.results,
                            "summary": bench.summary(run, bf16_widens=True)})
     assert f"f32 multiply-add peak ({run.fma_bits}-bit)" in text and "| N=16 share of the f32 FMA peak" in text
+
+
+HUGE_PAGE_BYTES = """
+import sys
+from pathlib import Path
+from native.bench.logits import Model
+model = Model(Path(sys.argv[1]))
+size, total = 0, 0
+for line in Path("/proc/self/smaps").read_text().splitlines():
+    if line.startswith("Size:"):
+        size = int(line.split()[1]) * 1024
+    elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+        total += size
+print(total)
+"""
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage").exists(), reason="needs Linux with huge pages")
+@pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
+def test_weights_ask_for_huge_pages(bench_gguf, kind):
+    """Our buffer asks Linux for transparent huge pages over the weights it holds (smaps shows the "hg"
+    flag): streaming them every token then takes no TLB miss per 4 KB page. Whether Linux grants them
+    depends on its settings and free memory; the request is what our code controls."""
+    model = bench_gguf[f"target_{kind}"]
+    proc = subprocess.run([sys.executable, "-c", HUGE_PAGE_BYTES, str(model)], cwd=REPO, env=dict(os.environ, **OURS),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    advised = int(proc.stdout.split()[-1])
+    matrices = sum(int(t.n_bytes) for t in gguf.GGUFReader(model).tensors  # what our buffer holds
+                   if t.name != "token_embd.weight" and t.tensor_type.name in ("BF16", "MXFP4") and len(t.shape) == 2)
+    assert matrices - 4 * 2**20 <= advised <= matrices, (advised, matrices)  # all but the ends' partial 2 MB
+    stock = subprocess.run([sys.executable, "-c", HUGE_PAGE_BYTES, str(model)], cwd=REPO, env=dict(os.environ, **STOCK),
+                           capture_output=True, text=True, timeout=300)
+    assert stock.returncode == 0 and int(stock.stdout.split()[-1]) == 0  # llama.cpp's own buffers do not ask
 
 
 @pytest.mark.parametrize("kind", ["bf16", "mxfp4"])

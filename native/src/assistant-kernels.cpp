@@ -31,6 +31,10 @@
 #include <initializer_list>
 #include <string>
 
+#if defined(__linux__)
+#    include <sys/mman.h>
+#endif
+
 namespace {
 
 struct Settings {
@@ -173,9 +177,28 @@ void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data
 
 const char * buft_get_name(ggml_backend_buffer_type_t) { return "CPU_ASSISTANT"; }
 
+// Every token streams the whole buffer from memory. On 4 KB pages that is a TLB miss every 4 KB, and the
+// hardware prefetchers stop at each page's end; on 2 MB pages they run on. So the buffer asks Linux for
+// transparent huge pages (honoured under THP "madvise" and "always", the distributions' defaults) over the
+// 2 MB-aligned part of it, before anything is written there. Measured on the Xeon (2 threads, AVX2 paths,
+// alternated with the build before): llama-bench one token 3-5% faster on the demo set's padded target
+// (BF16 54 ms instead of 56, MXFP4 copy 18 instead of 19), the kernel sweep (1.2 GB) 2-8% at N = 1-2; a
+// single 0.64 GB MXFP4 matrix 14%. Where Linux refuses, only that speed is lost.
+void ask_for_huge_pages(void * base, size_t size) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr uintptr_t kHuge  = uintptr_t(2) << 20;
+    const uintptr_t     begin = ((uintptr_t) base + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t     end   = ((uintptr_t) base + size) & ~(kHuge - 1);
+    if (end > begin) madvise((void *) begin, end - begin, MADV_HUGEPAGE);
+#else
+    (void) base, (void) size;
+#endif
+}
+
 ggml_backend_buffer_t buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
     ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
     if (buffer == nullptr) return nullptr;
+    ask_for_huge_pages(ggml_backend_buffer_get_base(buffer), size);
     buffer->buft              = buft;
     buffer->iface.init_tensor = buffer_init_tensor;
     buffer->iface.set_tensor  = buffer_set_tensor;
