@@ -180,10 +180,10 @@ const char * buft_get_name(ggml_backend_buffer_type_t) { return "CPU_ASSISTANT";
 // Every token streams the whole buffer from memory. On 4 KB pages that is a TLB miss every 4 KB, and the
 // hardware prefetchers stop at each page's end; on 2 MB pages they run on. So the buffer asks Linux for
 // transparent huge pages (honoured under THP "madvise" and "always", the distributions' defaults) over the
-// 2 MB-aligned part of it, before anything is written there. Measured on the Xeon (2 threads, AVX2 paths,
-// alternated with the build before): llama-bench one token 3-5% faster on the demo set's padded target
-// (BF16 54 ms instead of 56, MXFP4 copy 18 instead of 19), the kernel sweep (1.2 GB) 2-8% at N = 1-2; a
-// single 0.64 GB MXFP4 matrix 14%. Where Linux refuses, only that speed is lost.
+// 2 MB-aligned part of it, before anything is written there. Measured on the Xeon (2 threads, alternated with
+// the build before, llama-bench on the padded demo target): its MXFP4 copy takes 15.8 ms a token instead of
+// 17.5 on the Xeon's own paths, 18 instead of 19 on the AVX2 paths; the BF16 target, already streaming near
+// the bandwidth, is unchanged within the VM's noise. Where Linux refuses, only that speed is lost.
 void ask_for_huge_pages(void * base, size_t size) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr uintptr_t kHuge  = uintptr_t(2) << 20;
