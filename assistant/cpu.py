@@ -110,6 +110,28 @@ FAST_PATH_NEEDS = {"mxfp4": "AVX2 and FMA on x86-64, the dot-product extension o
                    "bf16": "AVX2 and FMA on x86-64, NEON on ARM64"}
 
 
+HUGE_PAGES_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def huge_pages(setting: Path = HUGE_PAGES_SETTING) -> str | None:
+    """Linux's transparent huge page mode, the bracketed word of its setting ("always", "madvise" or
+    "never"); None where there is no such setting (another OS, or a kernel built without them)."""
+    try:
+        text = setting.read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None
+
+
+def huge_page_warnings(mode: str | None, setting: Path = HUGE_PAGES_SETTING) -> list[str]:
+    """Our weight buffers ask for transparent huge pages (native/README.md); "never" refuses them."""
+    if mode != "never":
+        return []
+    return [f"transparent huge pages are off ({setting}: never): the weights stream on 4 KB pages, the MXFP4 "
+            f"level about 10% slower a token; `echo madvise | sudo tee {setting}` turns them on"]
+
+
 def kernel_warnings(description: str, environ=os.environ) -> list[str]:
     """A line for each weight type that does not run a fast path of ours, saying why."""
     warnings = []

@@ -53,7 +53,34 @@ def test_fast_paths_are_active_and_all_good():
     for kind in ("mxfp4", "bf16"):
         path = re.search(rf"{kind}=(\S+)", kernels).group(1)
         assert path not in ("stock", "scalar"), kernels
+    if huge_pages_read_here() == "never":  # the one warning this machine's settings may add
+        assert result.stdout.count("warning:") == 1 and "transparent huge pages are off" in result.stdout
+        return
     assert "warning:" not in result.stdout and result.stdout.rstrip().endswith("all good"), result.stdout
+
+
+def huge_pages_read_here() -> str | None:
+    setting = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    match = re.search(r"\[(\w+)\]", setting.read_text()) if setting.exists() else None
+    return match.group(1) if match else None
+
+
+def test_shows_the_huge_page_mode_and_warns_when_it_is_never(tmp_path):
+    from assistant import cpu
+
+    mode = huge_pages_read_here()
+    rows = [row for row in doctor().stdout.splitlines() if row.startswith("huge pages")]
+    assert rows == ([] if mode is None else [f"{'huge pages':<22} {mode} (Linux's transparent huge pages; our weight "
+                                             "buffers ask for them)"])
+    setting = tmp_path / "enabled"
+    for text, expected in (("always [madvise] never\n", "madvise"), ("[always] madvise never\n", "always"),
+                           ("always madvise [never]\n", "never"), ("garbled\n", None)):
+        setting.write_text(text)
+        assert cpu.huge_pages(setting) == expected
+    assert cpu.huge_pages(tmp_path / "missing") is None
+    assert cpu.huge_page_warnings("madvise", setting) == cpu.huge_page_warnings(None, setting) == []
+    (warning,) = cpu.huge_page_warnings("never", setting)
+    assert str(setting) in warning and "echo madvise" in warning
 
 
 def test_names_the_cpu_variant_in_use():

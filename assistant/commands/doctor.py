@@ -80,6 +80,11 @@ def run(args) -> int:
     except AssistantError as error:
         problems.append(str(error))
 
+    pages = cpu.huge_pages()
+    if pages is not None:
+        row("huge pages", f"{pages} (Linux's transparent huge pages; our weight buffers ask for them)")
+        warnings += cpu.huge_page_warnings(pages)
+
     data = home.data_dir()
     row("data directory", str(data))
     free = shutil.disk_usage(data).free
