@@ -230,6 +230,37 @@ def test_each_generation_relearns_acceptance():
     assert sum(with_draft) / len(with_draft) <= 5 and late <= 4, (with_draft, late)
 
 
+def probe_rounds(seed: int) -> list[tuple]:
+    """A small draft the target rejected in one answer (a = 0.3) suits the next (0.9): the shapes of the next
+    answer's first 20 rounds."""
+    cost = [TARGET, FAST_MXFP4, SMALL, NGRAM]
+    policy = AdaptivePolicy(len(cost))
+    Machine(cost, GOOD | {(0, 2): 0.3, (1, 2): 0.3}, seed).generate(policy, generations=2)
+    machine = Machine(cost, GOOD | {(0, 2): 0.9, (1, 2): 0.9}, seed)
+    policy.begin_generation()
+    rounds = []
+    for _ in range(20):
+        policy.begin_round([0] * len(cost))
+        rounds.append(policy.shape)
+        machine.verify(policy, 0)
+    return rounds
+
+
+def test_each_generation_probes_its_pairs_on_its_own_text(monkeypatch):
+    """Without probes the last answer's verdict on the small draft stands and it is not re-run; with them it
+    is run within the first rounds, found good, and kept. Ten seeds."""
+    from assistant.speculative import policy as module
+
+    pairs = lambda shape: set(zip(shape, shape[1:]))  # noqa: E731
+    for seed in range(10):
+        rounds = probe_rounds(seed)
+        assert any((0, 2) in pairs(shape) or (1, 2) in pairs(shape) for shape in rounds[:4]), (seed, rounds)
+        assert sum(2 in shape for shape in rounds) >= 14, (seed, rounds)
+    monkeypatch.setattr(module, "PROBE_LIMIT", 0.0)
+    missed = [seed for seed in range(10) if sum(2 in shape for shape in probe_rounds(seed)) < 14]
+    assert len(missed) >= 3, missed  # the situation probes exist for
+
+
 def test_a_lagging_level_is_explored_only_while_its_catch_up_is_cheap():
     """Re-running a shape whose level missed many tokens first costs a catch-up batch: allowed while it
     costs at most two tokens of the target alone (100 ms): 50 tokens of the small draft at the 1 ms a token it
