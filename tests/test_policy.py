@@ -209,6 +209,17 @@ def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
     assert 1 not in policy.used.most_common(1)[0][0]
 
 
+def next_answer_shapes(policy, machine: Machine, rounds: int) -> list[tuple]:
+    """The shapes of a new generation's first ``rounds`` target rounds on ``machine``."""
+    policy.begin_generation()
+    shapes = []
+    for _ in range(rounds):
+        policy.begin_round([0] * len(machine.cost))
+        shapes.append(policy.shape)
+        machine.verify(policy, 0)
+    return shapes
+
+
 def test_each_generation_relearns_acceptance():
     """A draft that suited the last answer but not this one is dropped within a few rounds (over ten seeds:
     exploration may still bring it back once in a while)."""
@@ -218,13 +229,7 @@ def test_each_generation_relearns_acceptance():
         policy = AdaptivePolicy(len(cost))
         Machine(cost, GOOD | {(0, 2): 0.95}, seed).generate(policy, generations=2)
         assert policy.used.most_common(1)[0][0][:2] == (0, 2)
-        machine = Machine(cost, USELESS_DRAFT, seed)
-        policy.begin_generation()
-        rounds = []
-        for _ in range(12):
-            policy.begin_round([0] * len(cost))
-            rounds.append(policy.shape)
-            machine.verify(policy, 0)
+        rounds = next_answer_shapes(policy, Machine(cost, USELESS_DRAFT, seed), 12)
         with_draft.append(sum(2 in shape for shape in rounds))
         late += sum(2 in shape for shape in rounds[-4:])
     assert sum(with_draft) / len(with_draft) <= 5 and late <= 4, (with_draft, late)
@@ -236,14 +241,7 @@ def probe_rounds(seed: int) -> list[tuple]:
     cost = [TARGET, FAST_MXFP4, SMALL, NGRAM]
     policy = AdaptivePolicy(len(cost))
     Machine(cost, GOOD | {(0, 2): 0.3, (1, 2): 0.3}, seed).generate(policy, generations=2)
-    machine = Machine(cost, GOOD | {(0, 2): 0.9, (1, 2): 0.9}, seed)
-    policy.begin_generation()
-    rounds = []
-    for _ in range(20):
-        policy.begin_round([0] * len(cost))
-        rounds.append(policy.shape)
-        machine.verify(policy, 0)
-    return rounds
+    return next_answer_shapes(policy, Machine(cost, GOOD | {(0, 2): 0.9, (1, 2): 0.9}, seed), 20)
 
 
 def test_each_generation_probes_its_pairs_on_its_own_text(monkeypatch):
