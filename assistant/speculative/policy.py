@@ -33,7 +33,7 @@ the bench set's prompts the small draft's tokens were kept 37-100% of the time. 
 while a shape predicted at most PROBE_LIMIT times slower than the best has a pair not yet run in this
 generation, it runs once, best first (at the start every level is in step, so a probe costs no catch-up).
 Without probes the best shape after one answer stayed the choice for the next, whose text favoured another:
-on the AVX2 stand-in (commit after 83e514a) the chain spent 24.9 s decoding the 8 bench prompts (mean of 9
+on the AVX2 stand-in (the commit that added them) the chain spent 24.9 s decoding the 8 bench prompts (mean of 9
 runs, 23.7-27.6) against 23.6 s with probes (4 runs, 22.0-25.6); on the AMX Xeon 16.6 s against 16.1.
 """
 
