@@ -30,11 +30,14 @@ Xeon, predicted at 49 ms a token against 25, past what exploration re-runs.
 
 Acceptance differs from answer to answer far more than the small prior weight of the last one admits: on
 the bench set's prompts the small draft's tokens were kept 37-100% of the time. So each generation *probes*:
-while a shape predicted at most PROBE_LIMIT times slower than the best has a pair not yet run in this
-generation, it runs once, best first (at the start every level is in step, so a probe costs no catch-up).
+while a shape predicted at most PROBE_LIMIT times slower than the best has a pair of levels that no shape
+run in this generation had, it runs once, best first (at the start every level is in step, so a probe costs
+no catch-up). A pair counts as covered once its shape ran, judged or not: a middle level's drafter may not be
+asked in a round, and a probe repeated until it was ran a random-weight draft five rounds of seven.
 Without probes the best shape after one answer stayed the choice for the next, whose text favoured another:
-on the AVX2 stand-in (the commit that added them) the chain spent 24.9 s decoding the 8 bench prompts (mean of 9
-runs, 23.7-27.6) against 23.6 s with probes (4 runs, 22.0-25.6); on the AMX Xeon 16.6 s against 16.1.
+on the AVX2 stand-in (the commit that added them) the chain spent 25.0 s decoding the 8 bench prompts (mean of
+14 runs, 22.4-27.6) against 24.2 s with probes (6 runs, 23.4-26.6); on the AMX Xeon no change (16.5 s, 5 runs,
+against 16.4 s, 5 runs of this and a first version that repeated a probe until its pairs were judged).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than t
 CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
 UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
-PROBE_LIMIT = 1.5  # a shape with a pair not yet run in this generation is run once if at most this much slower
+PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
 
 
 def shape_name(roles, shape) -> str:
@@ -126,7 +129,7 @@ class AdaptivePolicy:
         self.last_run: dict[tuple, int] = {}
         self.used: Counter = Counter()  # rounds per shape in this generation
         self.tried: set[tuple[int, int]] = set()  # (verifier, drafter) pairs that have run
-        self.judged: set[tuple[int, int]] = set()  # pairs that have run in this generation (probes)
+        self.covered: set[tuple[int, int]] = set()  # pairs of the shapes run in this generation (probes)
         self.predicted: dict[tuple, float] = {}
 
     # --- the chain's questions --------------------------------------------------------------------
@@ -134,7 +137,7 @@ class AdaptivePolicy:
         for measured in (*self.pairs.values(), *self.supply.values()):
             measured.shrink(GENERATION_PRIOR)
         self.used.clear()
-        self.judged.clear()
+        self.covered.clear()
 
     def begin_round(self, behind: list[int]) -> None:
         """Choose the shape for the next verification by the target; ``behind[i]``: tokens level i lacks."""
@@ -147,6 +150,7 @@ class AdaptivePolicy:
             shape = self._choose(behind)
             self.lengths = predictions[shape][1]
         self.shape = shape
+        self.covered.update(zip(shape, shape[1:]))
         self.last_run[shape] = self.rounds
         self.used[shape] += 1
 
@@ -197,7 +201,6 @@ class AdaptivePolicy:
         if drafter is None:
             return
         self.tried.add((level, drafter))
-        self.judged.add((level, drafter))
         judged = drafted
         if drafter in self.supply:
             self.supply[drafter].add(drafted, exhausted)
@@ -301,7 +304,7 @@ class AdaptivePolicy:
         for shape in ranked:  # probes: each generation judges its pairs on its own text
             if predicted[shape] > PROBE_LIMIT * predicted[ranked[0]]:
                 break
-            if not self.judged.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
+            if not self.covered.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
                 return shape
         best = ranked[0]
         if (not self._in_step(best, behind) and self.shape in predicted
