@@ -129,7 +129,6 @@ class AdaptivePolicy:
         self.last_run: dict[tuple, int] = {}
         self.used: Counter = Counter()  # rounds per shape in this generation
         self.tried: set[tuple[int, int]] = set()  # (verifier, drafter) pairs that have run
-        self.covered: set[tuple[int, int]] = set()  # pairs of the shapes run in this generation (probes)
         self.predicted: dict[tuple, float] = {}
 
     # --- the chain's questions --------------------------------------------------------------------
@@ -137,7 +136,6 @@ class AdaptivePolicy:
         for measured in (*self.pairs.values(), *self.supply.values()):
             measured.shrink(GENERATION_PRIOR)
         self.used.clear()
-        self.covered.clear()
 
     def begin_round(self, behind: list[int]) -> None:
         """Choose the shape for the next verification by the target; ``behind[i]``: tokens level i lacks."""
@@ -150,7 +148,6 @@ class AdaptivePolicy:
             shape = self._choose(behind)
             self.lengths = predictions[shape][1]
         self.shape = shape
-        self.covered.update(zip(shape, shape[1:]))
         self.last_run[shape] = self.rounds
         self.used[shape] += 1
 
@@ -301,10 +298,11 @@ class AdaptivePolicy:
                 break
             if not self.tried.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
                 return shape
+        covered = {pair for shape in self.used for pair in zip(shape, shape[1:])}  # by this generation's shapes
         for shape in ranked:  # probes: each generation judges its pairs on its own text
             if predicted[shape] > PROBE_LIMIT * predicted[ranked[0]]:
                 break
-            if not self.covered.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
+            if not covered.issuperset(zip(shape, shape[1:])) and self._in_step(shape, behind):
                 return shape
         best = ranked[0]
         if (not self._in_step(best, behind) and self.shape in predicted
