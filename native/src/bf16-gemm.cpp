@@ -160,10 +160,13 @@ struct Pass {
     Fetch        fetch;        // how it prefetches the lines it reads next (see Fetch)
 };
 
-// The same pointer, opaque to the optimiser: for 3 columns and both halves GCC would otherwise merge the
-// halves' loads of one broadcast and keep three broadcasts live, spilling two accumulators to the stack.
-// Elsewhere it is not used: it costs a register move per load, and with 6 columns the loop is already at
-// the 6 instructions a cycle that Zen 3 dispatches (N = 8 took 12% longer with it).
+// The same pointer, opaque to the optimiser, for passes over both halves (2 or 3 columns): GCC would
+// otherwise merge the halves' loads of one broadcast. With 3 columns that keeps three broadcasts live and
+// spills two accumulators to the stack; with 2 it spills nothing, yet N = 2 took 41 ms instead of 34.5 for
+// 1.2 GB (and 54 instead of 48.5 on the padded bench target's shapes: 16% and 11%, AVX2 forced on the Xeon,
+// huge pages), slower than N = 1 and N = 3. The passes over one half do not use it: it costs a register
+// move per load, and with 6 columns the loop is already at the 6 instructions a cycle that Zen 3 dispatches
+// (N = 8 took 12% longer with it).
 inline const float * unmerged(const float * p) {
     __asm__ volatile("" : "+r"(p));
     return p;
@@ -198,7 +201,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const uint16_t * tile, const 
                 const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
 #    pragma GCC unroll 8
                 for (int j = 0; j < NC; ++j) {
-                    const float * f = H > 1 && NC > 2 ? unmerged(cols[j].f) : cols[j].f;
+                    const float * f = H > 1 && NC > 1 ? unmerged(cols[j].f) : cols[j].f;
                     const __m256  a = _mm256_castpd_ps(_mm256_broadcast_sd((const double *) (f + 2 * p)));
                     lo[h][j]       = _mm256_fmadd_ps(wl, a, lo[h][j]);
                     hi[h][j]       = _mm256_fmadd_ps(wh, a, hi[h][j]);
