@@ -69,6 +69,10 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert bound["verify_seconds_per_token"] == pytest.approx(min(s / n for n, s in costs.items()))
     assert bound["speedup_geomean"] > 0 and bound["over_llama_cpp_geomean"] > 0
     assert "- ceiling on these kernels, with every drafted token accepted and drafting free: " in text
+    oracle = workload["oracle"]
+    assert oracle["pipeline"] in keys and oracle["roles"][0] == "target" and oracle["decode_seconds"] > 0
+    assert oracle["speedup_geomean"] <= bound["speedup_geomean"] * 1.0001  # real drafts never beat perfect ones
+    assert "- oracle for " in text and "(no policy can)" in text
 
 
 @needs_pair
@@ -160,6 +164,73 @@ def test_ceiling_is_the_prompt_plus_the_cheapest_verification_per_token():
     assert bound["speed_of_light"] == pytest.approx((20 + 100 / 7) / 2 / 10)
     assert ceiling.ceiling(runs, None) is None
     assert ceiling.ceiling({"target": [dict(target, prompt_seconds=None)]}, {"1": 0.1}) is None
+
+
+def test_oracle_finds_the_cheapest_rounds_knowing_where_drafts_are_right():
+    from assistant.bench.oracle import agreement_runs, least_seconds
+
+    assert agreement_runs([True, True, False, True]) == [2, 1, 0, 1]
+    target = {1: 1.0, 2: 1.0, 3: 1.2, 4: 2.0}
+    # a free drafter right everywhere: two rounds of 2 drafted + 1 (1.2 s each) beat 3 rounds of 1 + 1 (1.0 s)
+    assert least_seconds([None, [6, 5, 4, 3, 2, 1]], [target, None], 6) == pytest.approx(2.4)
+    # never right: the target alone, token by token
+    assert least_seconds([None, [0] * 6], [target, None], 6) == pytest.approx(6.0)
+    # right only from position 2 on: two tokens alone, then the last four for 2.0 s (two rounds of 1 + 1)
+    assert least_seconds([None, [0, 0, 4, 3, 2, 1]], [target, None], 6) == pytest.approx(4.0)
+    # a model level drafting for the target, itself drafted for by a free level: the target verifies 3 drafted
+    # tokens at once (10 s); the model gets them in one round (1 s) from the free level's 2 right ones
+    flat, cheap = {b: 10.0 for b in range(1, 6)}, {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.5}
+    runs = [None, [4, 3, 2, 1], [2, 1, 0, 0]]
+    assert least_seconds(runs, [flat, cheap, None], 4) == pytest.approx(11.0)
+    assert least_seconds(runs[:2], [flat, cheap], 4) == pytest.approx(13.0)  # alone, the model takes 3 rounds
+    # a noisy cost lower for more tokens counts for fewer too (a level never pays to propose a wrong token)
+    assert least_seconds([None, [0] * 3], [{1: 1.0, 2: 0.5}, None], 3) == pytest.approx(1.5)
+
+
+def test_oracle_bound_is_the_prompt_plus_the_least_decoding_per_prompt():
+    from assistant.bench import oracle
+
+    target = {"prompt_seconds": 1.0, "new_tokens": 4, "seconds": 5.0, "tokens_per_second": 4 / 5.0}
+    chain = {"prompt_seconds": 1.0, "new_tokens": 4, "seconds": 3.0, "tokens_per_second": 4 / 3.0}
+    runs = {"target": [target, target], "chain": [chain, chain],
+            "llama.cpp": [{"tokens_per_second": 1.0}, {"tokens_per_second": 2.0}]}
+    inputs = {"pipeline": "chain", "roles": ["target", "ngram"], "costs": [None, None],
+              "runs": [[None, [4, 3, 2, 1]], [None, [0, 0, 0, 0]]]}
+    bound = oracle.oracle(runs, {"1": 1.0, "2": 1.0, "3": 1.2, "4": 1.5, "5": 1.5}, inputs, light=2.0)
+    # prompt 1: 1 s + one round of 4 drafted (1.5 s); prompt 2: 1 s + 4 x 1 s
+    assert bound["decode_seconds"] == pytest.approx(5.5) and bound["policy_decode_seconds"] == pytest.approx(4.0)
+    assert bound["speedup_geomean"] == pytest.approx((5 / 2.5 * 5 / 5) ** 0.5)
+    assert bound["over_llama_cpp_geomean"] == pytest.approx((4 / 2.5 / 1.0 * 4 / 5 / 2.0) ** 0.5)
+    assert bound["speed_of_light"] == pytest.approx((4 / 2.5 + 4 / 5) / 2 / 2.0)
+    assert oracle.oracle(runs, None, inputs) is None and oracle.oracle(runs, {"1": 1.0}, None) is None
+
+
+def test_agreement_of_the_target_with_itself_is_every_token(bench_gguf):
+    """The oracle's input on a real chain: a drafter that is the target itself proposes every token of the
+    target's answer (teacher-forced in one batch, as the target decoded it token by token), and the n-gram
+    level's runs are what its proposals there match."""
+    from assistant.bench.worker import Worker
+    from assistant.engine.chat_template import chat_prompt_tokens
+    from assistant.engine.sequence import TokenSequence
+
+    worker = Worker()
+    target = str(bench_gguf["target_bf16"])
+    worker.load({"target": {"paths": [target], "roles": ["target"], "draft_length": 1, "confidence": None,
+                            "ngram": False},
+                 "self": {"paths": [target, target], "roles": ["target", "copy"], "draft_length": "adaptive",
+                          "confidence": None, "ngram": True}}, n_ctx=512, threads=1)
+    messages = [{"role": "user", "content": "Write a function that reverses a string."}]
+    answer = worker.run("target", messages, max_tokens=24)["tokens"]
+    reply = worker.agreement("self", messages, answer, longest=15)
+    assert reply["roles"] == ["target", "copy", "ngram"]
+    copy, ngram = reply["runs"]
+    assert copy == [min(len(answer) - p, 15) for p in range(len(answer))]
+    prompt = chat_prompt_tokens(worker.pipelines["self"].target, messages)
+    level = worker.pipelines["self"].levels[2]
+    for p, run in enumerate(ngram):
+        proposal = level.propose(TokenSequence(prompt + answer[:p]), 15)
+        assert proposal[:run] == answer[p : p + run] and (run == len(proposal) or answer[p + run : p + run + 1] !=
+                                                          proposal[run : run + 1])
 
 
 def test_identity_check_flags_the_first_differing_token():

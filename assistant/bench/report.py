@@ -170,7 +170,8 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
         for row in workload["llama_cpp_sweep"]:
             lines.append(f"| {row['draft']} | {row['draft_length']} | {row['tokens_per_second']:.1f} | "
                          f"{_pct(row['acceptance'])} |")
-    lines += [""] + _policy(summary) + _goals(summary) + _ceiling(workload.get("ceiling")) + [""]
+    lines += [""] + _policy(summary) + _goals(summary) + _ceiling(workload.get("ceiling"))
+    lines += _oracle(workload.get("oracle")) + [""]
     lines += [f"![per-prompt speedups](speedups-{info['key']}.png)",
               f"![acceptance histograms](acceptance-{info['key']}.png)", ""]
     return lines
@@ -208,6 +209,23 @@ def _ceiling(bound: dict | None) -> list[str]:
             f"{', '.join(parts)} ({bound['tokens_per_second_median']:.1f} tokens/s median; the target's cheapest "
             f"verification is {bound['verify_seconds_per_token'] * 1e3:.1f} ms a token, in batches of "
             f"{bound['verify_batch']}, and every prompt takes the time it took the target alone)"]
+
+
+def _oracle(bound: dict | None) -> list[str]:
+    """What no policy over the chain's levels can beat, their drafts being what they are (oracle.py)."""
+    if not bound:
+        return []
+    parts = [f"{bound['speedup_geomean']:.2f}x over the target alone"]
+    if bound.get("over_llama_cpp_geomean"):
+        parts.append(f"{bound['over_llama_cpp_geomean']:.2f}x over llama.cpp's best")
+    if bound.get("speed_of_light"):
+        parts.append(f"{bound['speed_of_light']:.2f}x the speed of light")
+    policy = bound.get("policy_decode_seconds")
+    against = f" against the policy's {policy:.1f} s" if policy is not None else ""
+    return [f"- oracle for {LABELS.get(bound['pipeline'], bound['pipeline'])}, knowing in advance where each of "
+            f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {', '.join(parts)} "
+            f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
+            f"{bound['decode_seconds']:.1f} s{against})"]
 
 
 def _goals(summary: dict) -> list[str]:

@@ -91,8 +91,9 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
     specs = settings.pipelines
     sweep_runs = (len(settings.sweep_drafts) * len(settings.sweep_lengths) * min(settings.sweep_prompts, len(prompts))
                   if settings.llama_cpp else 0)
+    chain = _oracle_pipeline(specs) if any(spec.key == BASELINE for spec in specs) else None
     steps = (len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
-             + int(any(spec.key == BASELINE for spec in specs)))
+             + int(any(spec.key == BASELINE for spec in specs)) + (len(prompts) + 1 if chain else 0))
     progress = Progress(f"bench {workload.key}", steps, settings.show_progress)
     began = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
@@ -140,6 +141,9 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
             verify_costs = workers[baseline.kernel].call(
                 "verify_costs", pipeline=BASELINE, messages=prompts[0]["messages"],
                 sizes=list(range(1, VERIFY_SIZES + 1)), reps=VERIFY_REPS)["seconds"]
+        oracle_inputs = None
+        if chain is not None:
+            oracle_inputs = _oracle_inputs(workers[chain.kernel], chain, prompts, runs[BASELINE], progress)
     finally:
         for worker in workers.values():
             worker.close()
@@ -152,8 +156,35 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
         "llama_cpp_best": best,
         "runs": runs,
         "verify_costs": verify_costs,
+        "oracle_inputs": oracle_inputs,
         "seconds": time.perf_counter() - began,
     }
+
+
+def _oracle_pipeline(specs: list[PipelineSpec]) -> PipelineSpec | None:
+    """The pipeline whose levels the oracle (oracle.py) combines: of ours, the one with the most levels."""
+    chains = [spec for spec in specs if spec.kernel == "ours" and len(spec.roles) > 1]
+    return max(chains, key=lambda spec: len(spec.roles) + spec.ngram, default=None)
+
+
+def _oracle_inputs(worker: WorkerProcess, chain: PipelineSpec, prompts: list[dict], answers: list[dict],
+                   progress: Progress) -> dict:
+    """What the oracle needs: where each of the chain's drafts agrees with each answer of the target alone,
+    and what a batch costs each of its model levels (the target's own costs are verify_costs)."""
+    runs = []
+    for prompt, answer in zip(prompts, answers):
+        progress.step(f"{prompt.get('id', '')} drafts' agreement with the target")
+        reply = worker.call("agreement", pipeline=chain.key, messages=prompt["messages"], answer=answer["tokens"],
+                            longest=VERIFY_SIZES - 1)
+        runs.append([None] + reply["runs"])
+    roles = reply["roles"]
+    progress.step("drafts' batch costs")
+    costs = [None] * len(roles)
+    for level, role in enumerate(roles[1:], start=1):
+        if role != "ngram":
+            costs[level] = worker.call("verify_costs", pipeline=chain.key, messages=prompts[0]["messages"],
+                                       sizes=list(range(1, VERIFY_SIZES + 1)), reps=VERIFY_REPS, level=level)["seconds"]
+    return {"pipeline": chain.key, "roles": roles, "runs": runs, "costs": costs}
 
 
 def _record(prompt: dict, index: int, reply: dict) -> dict:

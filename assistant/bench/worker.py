@@ -46,15 +46,16 @@ class Worker:
 
         return {"text": apply_chat_template(self.pipelines[pipeline].target, messages)}
 
-    def verify_costs(self, pipeline: str, messages: list[dict], sizes: list[int], reps: int) -> dict:
-        """Median seconds for the pipeline's target to evaluate n new tokens after the prompt, per n in
-        ``sizes``: what verifying a draft of n - 1 tokens costs (the tokens' values do not change it)."""
+    def verify_costs(self, pipeline: str, messages: list[dict], sizes: list[int], reps: int, level: int = 0) -> dict:
+        """Median seconds for the pipeline's target (or model ``level``) to evaluate n new tokens after the
+        prompt, per n in ``sizes``: what verifying a draft of n - 1 tokens costs (the tokens' values do not
+        change it)."""
         import statistics
 
         from assistant.engine.chat_template import chat_prompt_tokens
         from assistant.engine.sequence import TokenSequence
 
-        context = self.pipelines[pipeline].chain.levels[0].context
+        context = self.pipelines[pipeline].chain.levels[level].context
         prompt = chat_prompt_tokens(self.pipelines[pipeline].target, messages)
         context.reset()
         context.evaluate(TokenSequence(prompt), len(prompt) - 1)
@@ -68,6 +69,30 @@ class Worker:
                 times[n].append(time.perf_counter() - began)
         context.reset()
         return {"seconds": {str(n): statistics.median(values) for n, values in times.items()}}
+
+    def agreement(self, pipeline: str, messages: list[dict], answer: list[int], longest: int) -> dict:
+        """Per level below the target, runs[p]: how many tokens from the answer's position p on that level
+        would propose exactly, up to ``longest`` (a model: its greedy choices after the prompt and the answer
+        so far, all evaluated in one batch; the n-gram level: its proposal there). The oracle's input."""
+        from assistant.bench.oracle import agreement_runs
+        from assistant.engine.chat_template import chat_prompt_tokens
+        from assistant.engine.sequence import TokenSequence
+
+        chain = self.pipelines[pipeline].chain
+        prompt = chat_prompt_tokens(self.pipelines[pipeline].target, messages)
+        sequence = prompt + list(answer)
+        runs = []
+        for level in chain.levels[1:]:
+            if level.is_model:
+                level.context.reset()
+                rows = level.context.evaluate(TokenSequence(sequence), len(prompt) - 1)
+                choices = rows[: len(answer), : chain.n_shared].argmax(axis=1).tolist()
+                level.context.reset()
+                runs.append([min(run, longest) for run in agreement_runs([c == t for c, t in zip(choices, answer)])])
+            else:
+                proposals = [level.propose(TokenSequence(sequence[: len(prompt) + p]), longest) for p in range(len(answer))]
+                runs.append([_matching(proposal, answer[p:]) for p, proposal in enumerate(proposals)])
+        return {"roles": [level.role for level in chain.levels], "runs": runs}
 
     def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
         from assistant.speculative import Sampling, Stats
@@ -100,6 +125,14 @@ class Worker:
             "levels": [vars(level) | {} for level in stats.levels],
             "shapes": stats.shapes,
         }
+
+
+def _matching(proposal: list[int], answer: list[int]) -> int:
+    """How many leading tokens of ``proposal`` the answer has."""
+    count = 0
+    while count < len(proposal) and count < len(answer) and proposal[count] == answer[count]:
+        count += 1
+    return count
 
 
 def _die_with_parent() -> None:

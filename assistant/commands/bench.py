@@ -90,7 +90,7 @@ def run(args) -> int:
     import sys
     import time
 
-    from assistant.bench import ceiling, charts, pipelines, report, runner, summary, workloads
+    from assistant.bench import ceiling, charts, oracle, pipelines, report, runner, summary, workloads
 
     if args.threads < 1:
         raise AssistantError(f"--threads must be 1 or more, not {args.threads}")
@@ -143,8 +143,9 @@ def run(args) -> int:
     result["machine"]["read_bandwidth_gbps"] = _read_bandwidth(args.threads, log)
     for record in result["workloads"].values():
         bandwidth, target_bytes = result["machine"]["read_bandwidth_gbps"], record["workload"]["file_bytes"]["target"]
-        record["ceiling"] = ceiling.ceiling(record["runs"], record.get("verify_costs"),
-                                            bandwidth * 1e9 / target_bytes if bandwidth else None)
+        light = bandwidth * 1e9 / target_bytes if bandwidth else None
+        record["ceiling"] = ceiling.ceiling(record["runs"], record.get("verify_costs"), light)
+        record["oracle"] = oracle.oracle(record["runs"], record.get("verify_costs"), record.get("oracle_inputs"), light)
     if args.kernel:
         result["kernel"] = _kernel_bench(args.out, args.threads, args.quick, log)
     result["seconds"] = time.perf_counter() - began
