@@ -200,13 +200,8 @@ def _ceiling(bound: dict | None) -> list[str]:
     """What no speculative pipeline can beat here (ceiling.py), beside the goals it bounds."""
     if not bound:
         return []
-    parts = [f"{bound['speedup_geomean']:.2f}x over the target alone"]
-    if bound.get("over_llama_cpp_geomean"):
-        parts.append(f"{bound['over_llama_cpp_geomean']:.2f}x over llama.cpp's best")
-    if bound.get("speed_of_light"):
-        parts.append(f"{bound['speed_of_light']:.2f}x the speed of light")
     return [f"- ceiling on these kernels, with every drafted token accepted and drafting free: "
-            f"{', '.join(parts)} ({bound['tokens_per_second_median']:.1f} tokens/s median; the target's cheapest "
+            f"{_bound_ratios(bound)} ({bound['tokens_per_second_median']:.1f} tokens/s median; the target's cheapest "
             f"verification is {bound['verify_seconds_per_token'] * 1e3:.1f} ms a token, in batches of "
             f"{bound['verify_batch']}, and every prompt takes the time it took the target alone)"]
 
@@ -215,17 +210,22 @@ def _oracle(bound: dict | None) -> list[str]:
     """What no policy over the chain's levels can beat, their drafts being what they are (oracle.py)."""
     if not bound:
         return []
+    policy = bound.get("policy_decode_seconds")
+    against = f" against the policy's {policy:.1f} s" if policy is not None else ""
+    return [f"- oracle for {LABELS.get(bound['pipeline'], bound['pipeline'])}, knowing in advance where each of "
+            f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {_bound_ratios(bound)} "
+            f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
+            f"{bound['decode_seconds']:.1f} s{against})"]
+
+
+def _bound_ratios(bound: dict) -> str:
+    """A bound's speed against (i), llama.cpp's best and the speed of light, as far as it was measured."""
     parts = [f"{bound['speedup_geomean']:.2f}x over the target alone"]
     if bound.get("over_llama_cpp_geomean"):
         parts.append(f"{bound['over_llama_cpp_geomean']:.2f}x over llama.cpp's best")
     if bound.get("speed_of_light"):
         parts.append(f"{bound['speed_of_light']:.2f}x the speed of light")
-    policy = bound.get("policy_decode_seconds")
-    against = f" against the policy's {policy:.1f} s" if policy is not None else ""
-    return [f"- oracle for {LABELS.get(bound['pipeline'], bound['pipeline'])}, knowing in advance where each of "
-            f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {', '.join(parts)} "
-            f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
-            f"{bound['decode_seconds']:.1f} s{against})"]
+    return ", ".join(parts)
 
 
 def _goals(summary: dict) -> list[str]:
