@@ -65,7 +65,8 @@ def oracle(runs: dict[str, list[dict]], verify_seconds: dict | None, inputs: dic
         return None
     costs = [{int(n): s for n, s in level.items()} if level is not None else None for level in inputs["costs"]]
     costs[0] = {int(n): s for n, s in verify_seconds.items()}
-    decode = [least_seconds(prompt_runs, costs, r["new_tokens"]) for prompt_runs, r in zip(inputs["runs"], baseline)]
+    decode = [least_seconds(prompt_runs, costs, min([r["new_tokens"], *map(len, prompt_runs[1:])]))
+              for prompt_runs, r in zip(inputs["runs"], baseline)]
     rates = [r["new_tokens"] / (r["prompt_seconds"] + seconds) for r, seconds in zip(baseline, decode)]
     policy = runs.get(inputs["pipeline"], [])
     result = {

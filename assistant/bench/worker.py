@@ -90,8 +90,8 @@ class Worker:
                 level.context.reset()
                 runs.append([min(run, longest) for run in agreement_runs([c == t for c, t in zip(choices, answer)])])
             else:
-                proposals = [level.propose(TokenSequence(sequence[: len(prompt) + p]), longest) for p in range(len(answer))]
-                runs.append([_matching(proposal, answer[p:]) for p, proposal in enumerate(proposals)])
+                runs.append([_matching(level.propose(TokenSequence(sequence[: len(prompt) + p]), longest), answer[p:])
+                             for p in range(len(answer))])
         return {"roles": [level.role for level in chain.levels], "runs": runs}
 
     def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
