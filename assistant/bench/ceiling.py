@@ -24,12 +24,17 @@ def ceiling(runs: dict[str, list[dict]], verify_seconds: dict, light: float | No
         return None
     per_token = {int(n): seconds / int(n) for n, seconds in verify_seconds.items()}
     best = min(per_token, key=per_token.get)
-    seconds = [r["prompt_seconds"] + r["new_tokens"] * per_token[best] for r in baseline]
-    rates = [r["new_tokens"] / s for r, s in zip(baseline, seconds)]
+    decode = [r["new_tokens"] * per_token[best] for r in baseline]
+    return {"verify_seconds_per_token": per_token[best], "verify_batch": best} | against(runs, decode, light)
+
+
+def against(runs: dict[str, list[dict]], decode_seconds: list[float], light: float | None) -> dict:
+    """A bound that decodes prompt i's answer in ``decode_seconds[i]`` after the target alone's prompt time,
+    against (i) and llama.cpp's best (geomeans of per-prompt ratios) and the speed of light (median rate)."""
+    baseline = runs[BASELINE]
+    rates = [r["new_tokens"] / (r["prompt_seconds"] + s) for r, s in zip(baseline, decode_seconds)]
     median_rate = statistics.median(rates)
     result = {
-        "verify_seconds_per_token": per_token[best],
-        "verify_batch": best,
         "speedup_geomean": geomean([rate / r["tokens_per_second"] for rate, r in zip(rates, baseline)]),
         "tokens_per_second_median": median_rate,
         "speed_of_light": median_rate / light if light else None,

@@ -12,12 +12,11 @@ lies between it and a goal needs better drafts or faster evaluation, not a bette
 
 from __future__ import annotations
 
-import statistics
 import sys
 from functools import lru_cache
 
-from assistant.bench.pipelines import BASELINE, LLAMA_CPP
-from assistant.bench.summary import geomean
+from assistant.bench.ceiling import against
+from assistant.bench.pipelines import BASELINE
 
 
 def agreement_runs(agree: list[bool]) -> list[int]:
@@ -67,18 +66,10 @@ def oracle(runs: dict[str, list[dict]], verify_seconds: dict | None, inputs: dic
     costs[0] = {int(n): s for n, s in verify_seconds.items()}
     decode = [least_seconds(prompt_runs, costs, min([r["new_tokens"], *map(len, prompt_runs[1:])]))
               for prompt_runs, r in zip(inputs["runs"], baseline)]
-    rates = [r["new_tokens"] / (r["prompt_seconds"] + seconds) for r, seconds in zip(baseline, decode)]
     policy = runs.get(inputs["pipeline"], [])
-    result = {
+    return {
         "pipeline": inputs["pipeline"],
         "roles": inputs["roles"],
         "decode_seconds": sum(decode),
         "policy_decode_seconds": sum(r["seconds"] - r["prompt_seconds"] for r in policy) if policy else None,
-        "speedup_geomean": geomean([rate / r["tokens_per_second"] for rate, r in zip(rates, baseline)]),
-        "tokens_per_second_median": statistics.median(rates),
-        "speed_of_light": statistics.median(rates) / light if light else None,
-    }
-    theirs = runs.get(LLAMA_CPP)
-    if theirs:
-        result["over_llama_cpp_geomean"] = geomean([rate / r["tokens_per_second"] for rate, r in zip(rates, theirs)])
-    return result
+    } | against(runs, decode, light)
