@@ -25,10 +25,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("-m", "--model-set", metavar="NAME", help="model set to serve (default: the default set; "
                         "the bundled demo set when none is registered); clients send this name as the model")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
-                        "machine only; 0.0.0.0 opens it to the network, use an API key then)")
+                        "machine only; any other address, e.g. 0.0.0.0 for the network, needs an API key)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
     parser.add_argument("--api-key", metavar="KEY", help=f"require 'Authorization: Bearer KEY' (default: ${KEY_VARIABLE} if set, "
                         "else no key)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="let web pages from ORIGIN (e.g. http://localhost:3000) call the server (repeatable); "
+                        "requests from any other page are refused")
     parser.add_argument("--ctx", type=int, default=4096, help="context size in tokens, prompt and answer together "
                           "(default 4096)")
     parser.add_argument("--levels", type=int, help="use only the first N levels of the set (1 = the target alone)")
@@ -50,11 +53,17 @@ def run(args) -> int:
     from assistant.demo import model_set_or_demo
     from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
+    from assistant.serve.guard import loopback_hosts, origin_option
     from assistant.serve.prompts import prompt_tokens
 
     if args.queue < 0 or args.ctx < 16 or args.max_body < 1:
         raise AssistantError("--queue must be 0 or more, --ctx at least 16 and --max-body at least 1 MiB")
     api_key = args.api_key or os.environ.get(KEY_VARIABLE) or None
+    loopback = _loopback(args.host)
+    if not api_key and not loopback:
+        raise AssistantError(f"--host {args.host} would open the server to the network without an API key: set "
+                             f"--api-key KEY or ${KEY_VARIABLE} (clients then send 'Authorization: Bearer KEY')")
+    origins = [origin_option(origin) for origin in args.allow_origin]
     listener = listen(args.host, args.port)  # a taken port fails here, before minutes of loading
     try:
         model_set = model_set_or_demo(args.model_set, say=_say)
@@ -81,11 +90,9 @@ def run(args) -> int:
     host, port = listener.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     generations = Generations(load, prompt_tokens, args.queue, args.temp, on_failure=failed)
-    app = create_app(generations, model_set.name, args.ctx, api_key, args.max_body << 20)
+    hosts = loopback_hosts(host, port) if loopback else None  # beyond loopback the key guards it
+    app = create_app(generations, model_set.name, args.ctx, api_key, args.max_body << 20, origins, hosts)
     server = _server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5), generations)
-    if not api_key and not _loopback(args.host):
-        _say(f"WARNING: listening on {args.host} without an API key: anyone who can reach this machine can use "
-             f"it. Set --api-key or ${KEY_VARIABLE}.")
     _say(f"serving model set {model_set.name!r} on {url} (loading the models…; Ctrl+C stops)")
     generations.start()
     try:

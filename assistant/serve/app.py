@@ -12,6 +12,7 @@ import json
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -19,6 +20,7 @@ from starlette.routing import Route
 from assistant.serve import protocol
 from assistant.speculative.events import Stats
 from assistant.serve.generations import DONE, Generations, QueueFull, Started
+from assistant.serve.guard import BrowserGuard
 from assistant.serve.protocol import ApiError
 
 DISCONNECT_POLL = 0.2  # seconds between checks that a waiting, non-streaming client is still there
@@ -74,7 +76,9 @@ class CompletionShape:
 
 
 def create_app(generations: Generations, model_name: str, n_ctx: int, api_key: str | None = None,
-               max_body: int = 4 << 20) -> Starlette:
+               max_body: int = 4 << 20, origins=(), hosts=None) -> Starlette:
+    """``origins``: web page origins allowed to call (others are refused); ``hosts``: the Host values
+    accepted, or None to accept any (see ``guard``)."""
     server = Server(generations, model_name, n_ctx, api_key, max_body)
     routes = [
         Route("/health", server.health, methods=["GET"]),
@@ -83,7 +87,8 @@ def create_app(generations: Generations, model_name: str, n_ctx: int, api_key: s
         Route("/v1/completions", server.completions, methods=["POST"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    return Starlette(routes=routes, exception_handlers=handlers,
+                     middleware=[Middleware(BrowserGuard, origins=origins, hosts=hosts)])
 
 
 class Server:
@@ -303,4 +308,5 @@ async def _http_error(request: Request, error: HTTPException) -> Response:
 
 
 async def _unexpected_error(request: Request, error: Exception) -> Response:
-    return await _api_error(request, ApiError(500, f"internal error: {error!r}"))
+    """The details go to the server's log (uvicorn prints the traceback), not to whoever asked."""
+    return await _api_error(request, ApiError(500, "internal error; the server's log has the details"))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 import threading
+import traceback
 from dataclasses import dataclass
 
 from assistant.errors import AssistantError
@@ -182,7 +184,8 @@ class Generations:
                 self.cancelled_count += 1
         except ApiError as error:
             job.emit(error)
-        except Exception as error:  # whatever a request does, the server stays up
-            job.emit(ApiError(500, f"generation failed: {error}"))
+        except Exception:  # whatever a request does, the server stays up; the details stay in its log
+            traceback.print_exc(file=sys.stderr)
+            job.emit(ApiError(500, "generation failed; the server's log has the details"))
         finally:
             job.emit(DONE)
