@@ -196,3 +196,54 @@ def test_export_to_markdown_and_code_blocks():
     assert (block.language, block.code) == ("python", "def add(a, b):\n    return a + b\n")
     assert block.label == "python, 2 lines: def add(a, b):"
     assert [b.code for b in code_blocks("```\nunclosed\nstill")] == ["unclosed\nstill"]
+
+
+@pytest.fixture
+def loose_umask():
+    """The common default: new files readable by everyone, so privacy must come from us."""
+    before = os.umask(0o022)
+    yield
+    os.umask(before)
+
+
+def mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_a_fresh_data_directory_and_database_are_private(tmp_path, monkeypatch, loose_umask, capsys):
+    monkeypatch.setenv("ASSISTANT_HOME", str(tmp_path / "fresh" / "assistant"))
+    store = Store()
+    conversation = store.new_conversation("secrets")
+    store.add_message(conversation.id, "user", "API_KEY=do-not-share")
+    directory = home.data_dir()
+    assert mode(directory) == 0o700 and mode(store.path) == 0o600
+    for suffix in ("-wal", "-shm"):  # SQLite's side files hold the same data
+        side = store.path.with_name(store.path.name + suffix)
+        assert side.exists() and mode(side) == 0o600, suffix
+    store.close()
+    assert mode(tmp_path / "fresh") == 0o755  # parents are not ours to change
+    assert capsys.readouterr().err == ""
+
+
+def test_an_older_readable_data_directory_and_database_are_tightened_once(tmp_path, monkeypatch, loose_umask,
+                                                                           capsys):
+    directory = tmp_path / "assistant"
+    directory.mkdir(mode=0o755)
+    database = directory / "conversations.sqlite3"
+    db = sqlite3.connect(database, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t (x)")
+    db.execute("INSERT INTO t VALUES (1)")  # the -wal file stays while this connection is open
+    os.chmod(directory, 0o755)
+    os.chmod(database, 0o644)
+    wal = database.with_name(database.name + "-wal")
+    assert mode(wal) == 0o644
+    monkeypatch.setenv("ASSISTANT_HOME", str(directory))
+    Store().close()
+    assert mode(directory) == 0o700 and mode(database) == 0o600 and mode(wal) == 0o600
+    db.close()
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 2 and all(line.startswith("note: ") and "readable by other users" in line for line in notes)
+    assert f"{directory} was readable by other users (mode 755); it is now 700" in notes[0]
+    Store().close()  # tightened for good: nothing more to say
+    assert capsys.readouterr().err == ""

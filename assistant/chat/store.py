@@ -6,6 +6,7 @@ of it is shown, so killing the process loses nothing that was on screen. One ``S
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -59,9 +60,25 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
 
 
+def _create_private(path: Path) -> None:
+    """The database holds attached files and command output: readable by its owner only. SQLite gives its
+    -wal and -shm files the database's mode, so creating the file empty with 0600 is enough (an empty file
+    is an empty database); older ones are tightened."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, home.PRIVATE_FILE))
+    except FileExistsError:
+        home.make_private(path, home.PRIVATE_FILE)
+        for side in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if side.exists():
+                home.make_private(side, home.PRIVATE_FILE, say=False)  # the database's note covers them
+    except OSError:
+        pass  # a directory we cannot write to: sqlite3 says so below
+
+
 class Store:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path is not None else home.database_path()
+        _create_private(self.path)
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10, check_same_thread=False)
             self.db.row_factory = sqlite3.Row
