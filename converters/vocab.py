@@ -1,13 +1,13 @@
 """Tokenizer -> GGUF vocabulary: byte-level BPE ("gpt2") and Llama-style SentencePiece ("llama").
 
 The BPE pre-tokenizer name llama.cpp needs is recognised from the definition in tokenizer.json (its split
-regexes and byte-level flags compared by content with the ones we know), never guessed from model names.
+regexes and byte-level flags compared by content with the table in pretokenizers.py), never guessed from
+model names.
 Special tokens, merges and the chat template come from gguf-py's SpecialVocab.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -15,51 +15,19 @@ import gguf
 
 from assistant.errors import AssistantError
 from converters.checkpoint import read_json
+from converters.pretokenizers import LLAMA3_SPLIT, find_pre_tokenizer, known_names  # noqa: F401 (LLAMA3_SPLIT: tests)
 
-QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-# pre-tokenizer definition (as `_pre_tokenizer_steps` describes it) -> llama.cpp's tokenizer.ggml.pre
-KNOWN_PRE_TOKENIZERS = {
-    (("Split", QWEN2_SPLIT, "Isolated", False), ("ByteLevel", False)): "qwen2",
-    (("Split", LLAMA3_SPLIT, "Isolated", False), ("ByteLevel", False)): "llama-bpe",
-    (("ByteLevel", True),): "gpt-2",
-}
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
-def _pre_tokenizer_steps(tokenizer: dict) -> tuple:
-    """The parts of a pre-tokenizer that decide how text is split, in a comparable form."""
-    pre = tokenizer.get("pre_tokenizer") or {}
-    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre] if pre else []
-    described = []
-    for step in steps:
-        kind = step.get("type")
-        if kind == "Split":
-            pattern = step.get("pattern", {})
-            described.append(("Split", pattern.get("Regex", pattern.get("String")), step.get("behavior"),
-                              bool(step.get("invert", False))))
-        elif kind == "ByteLevel":
-            if step.get("add_prefix_space"):
-                described.append(("ByteLevel", bool(step.get("use_regex", True)), "add_prefix_space"))
-            else:
-                described.append(("ByteLevel", bool(step.get("use_regex", True))))
-        else:
-            described.append((kind, json.dumps(step, sort_keys=True)))
-    return tuple(described)
-
-
 def recognise_pre_tokenizer(tokenizer: dict, path: Path) -> str:
-    steps = _pre_tokenizer_steps(tokenizer)
-    name = KNOWN_PRE_TOKENIZERS.get(steps)
-    if name is None:
-        known = ", ".join(sorted(KNOWN_PRE_TOKENIZERS.values()))
-        raise AssistantError(f"{path}: unrecognised byte-level BPE pre-tokenizer (known: {known})")
-    return name
+    entry = find_pre_tokenizer(tokenizer)
+    if entry is None:
+        raise AssistantError(f"{path}: unrecognised byte-level BPE pre-tokenizer (known: {', '.join(known_names())})")
+    if entry.differs:
+        raise AssistantError(f"{path}: the {entry.name} pre-tokenizer ({entry.families}) is not supported: "
+                             f"the pinned llama.cpp splits text differently ({entry.differs})")
+    return entry.name
 
 
 def is_sentencepiece_kind(tokenizer: dict) -> bool:
@@ -92,9 +60,13 @@ def _merge_scores(tokenizer: dict) -> dict[str, float]:
 
 def add_vocabulary(writer: gguf.GGUFWriter, directory: Path, vocab_size: int) -> None:
     path = directory / "tokenizer.json"
+    if not path.is_file() and (directory / "tokenizer.model").is_file():
+        raise AssistantError(
+            f"{directory / 'tokenizer.model'}: a SentencePiece model alone is not supported; write tokenizer.json "
+            f"beside it with transformers: AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)"
+        )
     if not path.is_file():
-        other = " (tokenizer.model alone is not supported: tokenizer.json is needed)" if (directory / "tokenizer.model").is_file() else ""
-        raise AssistantError(f"{path}: missing{other}; the tokenizer files must sit beside the weights")
+        raise AssistantError(f"{path}: missing; the tokenizer files must sit beside the weights")
     if not (directory / "tokenizer_config.json").is_file():
         raise AssistantError(f"{directory / 'tokenizer_config.json'}: missing; the tokenizer files must sit beside the weights")
     tokenizer = read_json(path)
