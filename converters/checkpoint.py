@@ -5,12 +5,12 @@ A file brings its directory with it (config.json, tokenizer files, and the shard
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistant.errors import AssistantError
 from converters.safetensors_file import SafetensorsFile, TensorEntry
+from converters.side_files import check_tokenizer_files, read_config, read_json
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -25,18 +25,6 @@ class Checkpoint:
     def close(self) -> None:
         for file in self.files:
             file.close()
-
-
-def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AssistantError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AssistantError(f"{path}: not readable JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise AssistantError(f"{path}: expected a JSON object")
-    return data
 
 
 def _weight_files(source: Path) -> list[Path]:
@@ -60,7 +48,7 @@ def _weight_files(source: Path) -> list[Path]:
 
 
 def open_checkpoint(source: str | Path) -> Checkpoint:
-    """Validate every header and the config before anything is written."""
+    """Validate every header, the config and the tokenizer files before anything is written."""
     source = Path(source).expanduser()
     if not source.exists():
         raise AssistantError(f"{source}: no such file or directory")
@@ -70,7 +58,8 @@ def open_checkpoint(source: str | Path) -> Checkpoint:
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise AssistantError(f"{config_path}: missing (the model's config.json must sit beside its weights)")
-    config = read_json(config_path)
+    config = read_config(config_path)
+    check_tokenizer_files(directory)
     checkpoint = Checkpoint(directory, config, {})
     try:
         for path in _weight_files(source):

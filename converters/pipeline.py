@@ -17,7 +17,8 @@ from gguf import GGMLQuantizationType as Q
 from assistant import home
 from assistant.errors import AssistantError
 from converters import architectures, encodings
-from converters.checkpoint import Checkpoint, open_checkpoint, read_json
+from converters.checkpoint import Checkpoint, open_checkpoint
+from converters.side_files import check_tokenizer_files, read_config
 from converters.progress import Progress
 from converters.safetensors_file import SUPPORTED_DTYPES, TensorEntry
 from converters.vocab import add_vocabulary
@@ -137,7 +138,8 @@ def check_metadata(directory) -> None:
     tokenizer), so that `assistant pull` refuses a repository before downloading gigabytes of weights."""
     directory = Path(directory)
     config_path = directory / "config.json"
-    arch = architectures.read_architecture(read_json(config_path), config_path)
+    arch = architectures.read_architecture(read_config(config_path), config_path)
+    check_tokenizer_files(directory)
     probe = gguf.GGUFWriter(None, arch.gguf_name)
     architectures.add_hyperparameters(probe, arch, config_path)
     add_vocabulary(probe, directory, arch.vocab_size)

@@ -8,6 +8,7 @@ and map the data read-only so a tensor costs memory only while it is being conve
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ KNOWN_DTYPES = {
     "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
 }
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_ELEMENTS = 2**63 - 1  # numpy and GGUF count elements in int64
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class SafetensorsFile:
             raise AssistantError(f"{self.path}: malformed safetensors header ({error})") from None
         if not isinstance(header, dict):
             raise AssistantError(f"{self.path}: malformed safetensors header (not a JSON object)")
-        data_start = 8 + header_len
+        data_start = self.data_start = 8 + header_len
         entries = {}
         for name, info in header.items():
             if name == "__metadata__":
@@ -82,7 +84,19 @@ class SafetensorsFile:
         data_end = max((entry.end for entry in entries.values()), default=data_start)
         if data_end > self.size:
             raise AssistantError(f"{self.path}: truncated (data needs {data_end} bytes, file has {self.size})")
+        self._refuse_overlaps(entries.values())
         return entries
+
+    def _refuse_overlaps(self, entries) -> None:
+        """Two tensors sharing bytes would convert to weights nobody trained (and a writer never does it)."""
+        previous = None
+        for entry in sorted((e for e in entries if e.nbytes), key=lambda e: (e.start, e.end)):
+            if previous is not None and entry.start < previous.end:
+                raise AssistantError(
+                    f"{self.path}: malformed safetensors header: tensors {previous.name!r} and {entry.name!r} "
+                    f"overlap (data_offsets {previous.start - self.data_start}-{previous.end - self.data_start} "
+                    f"and {entry.start - self.data_start}-{entry.end - self.data_start})")
+            previous = entry
 
     def _entry(self, name: str, info, data_start: int) -> TensorEntry:
         def bad(problem: str) -> AssistantError:
@@ -100,7 +114,10 @@ class SafetensorsFile:
             or not all(isinstance(n, int) for n in offsets) or not 0 <= offsets[0] <= offsets[1]
         ):
             raise bad(f"has invalid data_offsets {offsets!r}")
-        expected = int(np.prod(shape, dtype=np.int64)) * KNOWN_DTYPES[dtype]
+        elements = math.prod(shape)  # exact: numpy's int64 product would wrap around silently
+        if elements > MAX_ELEMENTS:
+            raise bad(f"has shape {shape}: {elements} elements is more than any file can hold")
+        expected = elements * KNOWN_DTYPES[dtype]
         if offsets[1] - offsets[0] != expected:
             raise bad(f"has {offsets[1] - offsets[0]} bytes of data, its shape {shape} and dtype {dtype} need {expected}")
         return TensorEntry(name, dtype, tuple(shape), self, data_start + offsets[0], data_start + offsets[1])

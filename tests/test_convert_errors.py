@@ -184,3 +184,96 @@ def test_ctrl_c_removes_partial_files(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert list(outdir.iterdir()) == []
+
+
+def test_overlapping_tensors_are_refused(tiny_checkpoint, tmp_path, capsys):
+    """Two tensors over the same bytes: sizes agree with shapes, yet the data would be converted twice."""
+    checkpoint = tiny_checkpoint("qwen2")
+
+    def overlap(header):
+        first, second = "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"
+        start, end = header[first]["data_offsets"]
+        header[second]["data_offsets"] = [start + 2, end + 2]  # one BF16 element in, same length
+
+    rewrite_header(checkpoint / "model.safetensors", overlap)
+    code, err = run_convert(capsys, checkpoint, tmp_path / "out")
+    assert_refused(code, err, tmp_path / "out", "model.safetensors", "overlap", "input_layernorm",
+                   "post_attention_layernorm")
+
+
+def test_a_shape_whose_element_count_overflows_is_refused(tiny_checkpoint, tmp_path, capsys):
+    """2^32 x 2^32 x 2 elements is 2^65, which int64 arithmetic wraps to 0: matching an empty byte range."""
+    checkpoint = tiny_checkpoint("qwen2")
+
+    def overflow(header):
+        start = header["model.norm.weight"]["data_offsets"][0]
+        header["model.norm.weight"].update(shape=[2**32, 2**32, 2], data_offsets=[start, start])
+
+    rewrite_header(checkpoint / "model.safetensors", overflow)
+    code, err = run_convert(capsys, checkpoint, tmp_path / "out")
+    assert_refused(code, err, tmp_path / "out", "model.norm.weight", "[4294967296, 4294967296, 2]",
+                   "more than any file can hold")
+
+
+def edit_json(key_path: str, value):
+    """A change to one key of a JSON file; ``key_path`` "model.vocab" reaches one level down."""
+    def change(data):
+        *parents, key = key_path.split(".")
+        for parent in parents:
+            data = data[parent]
+        data[key] = value
+    return change
+
+
+MALFORMED = [
+    ("config.json", "{\"architectures\": [", "not readable JSON"),
+    ("config.json", edit_json("architectures", 5), "\"architectures\" must be a list, not 5"),
+    ("config.json", edit_json("architectures", [{"name": "Qwen2ForCausalLM"}]), "\"architectures\" item 0 must be a string"),
+    ("config.json", edit_json("hidden_size", "64"), "\"hidden_size\" must be an integer, not \"64\""),
+    ("config.json", edit_json("rope_scaling", {"rope_type": "linear", "factor": "x"}), "\"rope_scaling\" field \"factor\""),
+    ("config.json", edit_json("vocab_size", 10**12), "vocab_size 1000000000000"),
+    ("tokenizer.json", "[]", "expected a JSON object"),
+    ("tokenizer.json", edit_json("model.vocab", ["a", "b"]), "\"model\" field \"vocab\" must be an object"),
+    ("tokenizer.json", edit_json("added_tokens", [{"id": "8190", "content": "<|im_start|>"}]), "item 0 field \"id\""),
+    ("tokenizer.json", edit_json("pre_tokenizer", "ByteLevel"), "\"pre_tokenizer\" must be an object"),
+    ("tokenizer.json", "[" * 100_000, "not readable JSON"),
+    ("tokenizer_config.json", "{\"chat_template\": ", "not readable JSON"),
+    ("tokenizer_config.json", edit_json("chat_template", 5), "\"chat_template\" must be a string or a list, not 5"),
+    ("tokenizer_config.json", edit_json("eos_token", 5), "\"eos_token\" must be a string or an object, not 5"),
+]
+
+
+@pytest.mark.parametrize("name,change,expected", MALFORMED, ids=[f"{n}:{e[:24]}" for n, _, e in MALFORMED])
+def test_malformed_side_files_are_one_line_from_the_command(tiny_checkpoint, tmp_path, name, change, expected):
+    """Not JSON, or JSON of the wrong types: `assistant convert` says which file and key, exits 1, writes nothing."""
+    checkpoint = tiny_checkpoint("qwen2")
+    path = checkpoint / name
+    if callable(change):
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+    else:
+        path.write_text(change)
+    outdir = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "assistant", "convert", str(checkpoint), "--outdir", str(outdir),
+                           "--no-register"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert_refused(done.returncode, done.stderr, outdir, str(path), expected)
+
+
+def test_pull_refuses_an_implausible_vocab_size_before_the_weights(fake_hub, tiny_checkpoint, capsys):
+    """The vocabulary list is sized by config.json's vocab_size: a repository claiming 10^12 tokens is refused
+    from its side files, before a byte of weights is fetched or a list is allocated."""
+    from assistant import home
+
+    directory = tiny_checkpoint("qwen2")
+    edit = edit_json("vocab_size", 10**12)
+    config = json.loads((directory / "config.json").read_text())
+    edit(config)
+    (directory / "config.json").write_text(json.dumps(config))
+    fake_hub.add_repo("org/huge-vocab", directory)
+    assert main(["pull", "org/huge-vocab"]) == 1
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [err.strip()]
+    assert "config.json: vocab_size 1000000000000" in err
+    assert "model.safetensors" not in {request.filename for request in fake_hub.gets("org/huge-vocab")}
+    assert list(home.models_dir().iterdir()) == []
