@@ -11,8 +11,9 @@ import sys
 from assistant import __version__
 from assistant.errors import AssistantError
 
-COMMANDS = ("chat", "generate", "serve", "convert", "pull", "models", "bench", "doctor", "rpc-server")
+COMMANDS = ("chat", "generate", "serve", "convert", "import", "pull", "models", "bench", "doctor", "rpc-server")
 DEFAULT_COMMAND = "chat"
+MODULES = {"import": "import_gguf"}  # a command whose name is a Python keyword
 
 
 class CommandListFormatter(argparse.HelpFormatter):
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assistant {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(f"assistant.commands.{name.replace('-', '_')}")
+        module = importlib.import_module(f"assistant.commands.{MODULES.get(name, name.replace('-', '_'))}")
         command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(handler=module.run)
