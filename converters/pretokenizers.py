@@ -4,8 +4,10 @@
 Recognised by content, never by model name: a definition is the list of pre-tokenizer steps as tokenizer.json
 writes them (Split regex and behavior, Digits, Punctuation, ByteLevel flags), compared with the ones below.
 Several llama.cpp names share one split (gpt-2, mpt, olmo...): each entry names one of them and lists the
-families whose files use it. Every definition here is checked by tests/test_convert_tokenizers.py, which trains
-a vocabulary with it and requires llama.cpp's token ids to equal Hugging Face tokenizers'.
+families whose files use it. A name also fixes BPE's whole-word lookup (`ignore_merges` in tokenizer.json), so a
+file is converted only when its flag equals the entry's. Every definition is checked by
+tests/test_convert_tokenizers.py, which trains a vocabulary with it and requires llama.cpp's token ids to equal
+Hugging Face tokenizers'; where they differ the entry says how, and the converter refuses it saying so.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class PreTokenizer:
     differs: str = ""  # where llama.cpp's split disagrees with Hugging Face's: then it is refused, saying so
 
 
-# llama.cpp stands in for o200k's upper/lower classes with "a letter but not a-z", which leaves combining marks out
+# llama.cpp's tekken and gpt-4o splits stand in for the upper/lower classes with "a letter but not a-z", which
+# leaves combining marks out
 COMBINING_MARK = "Hugging Face keeps ' e\\u0301' (e and a combining accent) one word, llama.cpp splits the accent off"
 
 
@@ -104,12 +107,14 @@ PRE_TOKENIZERS = (
                  _one(digits(True), byte_level(True))),
     PreTokenizer("llama-bpe", "Llama 3.x, Falcon 3, GLM-4, LFM2", _one(split(LLAMA3_SPLIT), byte_level(False)),
                  ignore_merges=True),
-    PreTokenizer("dbrx", "DBRX, Smaug (cl100k without whole-word lookup)", _one(split(LLAMA3_SPLIT), byte_level(False))),
+    PreTokenizer("dbrx", "DBRX (Llama 3's split without ignore_merges)", _one(split(LLAMA3_SPLIT), byte_level(False))),
     PreTokenizer("qwen2", "Qwen1.5/2/2.5/3 (and Coder), DeepSeek-R1-Distill-Qwen, StableLM 2, Hunyuan, Grok 2",
                  _one(split(QWEN2_SPLIT), byte_level(False))),
     PreTokenizer("qwen35", "Qwen3.5", _one(split(QWEN35_SPLIT), byte_level(False))),
-    PreTokenizer("gpt-4o", "GPT-4o (o200k), Phi-4-mini, Llama 4, MiniMax-M2", _one(split(GPT4O_SPLIT), byte_level(False)),
-                 differs=COMBINING_MARK),
+    # llama.cpp's own "gpt-4o" name splits combining marks off (see COMBINING_MARK); this one is the same split
+    # with them kept on their letters, as Hugging Face does
+    PreTokenizer("granite-embed-multi-97m", "o200k (GPT-4o) files with ignore_merges",
+                 _one(split(GPT4O_SPLIT), byte_level(False)), ignore_merges=True),
     PreTokenizer("tekken", "Mistral Nemo, Ministral, Pixtral (tekken)", _one(split(TEKKEN_SPLIT), byte_level(False)),
                  ignore_merges=True, differs=COMBINING_MARK),
     PreTokenizer("deepseek-v3", "DeepSeek V3/R1, Hunyuan dense, JoyAI",
@@ -124,7 +129,8 @@ PRE_TOKENIZERS = (
                  _one(punctuation("Contiguous"), byte_level(True), digits(False), split("[0-9][0-9][0-9]"))),
     PreTokenizer("bloom", "BLOOM, Poro, GPT-3 Finnish", _one(split(BLOOM_SPLIT), byte_level(False))),
     PreTokenizer("viking", "Viking", _one(split(BLOOM_SPLIT), digits(True), byte_level(False))),
-    PreTokenizer("tiny_aya", "Tiny Aya, Cohere 2 MoE", _one(split(DIGIT_GROUPS_SPLIT), split(GPT4O_SPLIT), byte_level(False))),
+    PreTokenizer("tiny_aya", "Tiny Aya, Cohere 2 MoE",
+                 _one(split(DIGIT_GROUPS_SPLIT), split(GPT4O_SPLIT), byte_level(False))),
     PreTokenizer("minicpm5", "MiniCPM 5", _one(split(r"\p{N}{1,3}"), split(MINICPM5_SPLIT), byte_level(False)),
                  ignore_merges=True),
     PreTokenizer("seed-coder", "Seed-Coder", _one(split(SEED_CODER_SPLIT), byte_level(False))),
@@ -179,12 +185,18 @@ def pre_tokenizer_json(steps: tuple[dict, ...]) -> dict:
 
 def find_pre_tokenizer(tokenizer: dict) -> PreTokenizer | None:
     """The entry whose definition equals this tokenizer.json's; among entries with the same definition, the one
-    whose whole-word lookup (BPE `ignore_merges`) matches the file's."""
+    whose whole-word lookup (BPE `ignore_merges`) matches the file's, then one llama.cpp splits as Hugging Face
+    does. The caller refuses an entry that differs in either way."""
     found = describe(_flatten(tokenizer.get("pre_tokenizer")))
+    ignore_merges = whole_word_lookup(tokenizer)
     matches = [entry for entry in PRE_TOKENIZERS if any(describe(d) == found for d in entry.definitions)]
-    ignore_merges = bool(tokenizer.get("model", {}).get("ignore_merges", False))
-    exact = [entry for entry in matches if entry.ignore_merges == ignore_merges]
-    return (exact or matches or [None])[0]
+    matches.sort(key=lambda entry: (entry.ignore_merges != ignore_merges, bool(entry.differs)))
+    return matches[0] if matches else None
+
+
+def whole_word_lookup(tokenizer: dict) -> bool:
+    """BPE `ignore_merges`: a word that is in the vocabulary is one token, whatever the merges would make of it."""
+    return bool(tokenizer.get("model", {}).get("ignore_merges", False))
 
 
 def known_names() -> list[str]:

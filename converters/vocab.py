@@ -15,7 +15,8 @@ import gguf
 
 from assistant.errors import AssistantError
 from converters.checkpoint import read_json
-from converters.pretokenizers import LLAMA3_SPLIT, find_pre_tokenizer, known_names  # noqa: F401 (LLAMA3_SPLIT: tests)
+from converters.pretokenizers import (  # noqa: F401 (LLAMA3_SPLIT: tests)
+    LLAMA3_SPLIT, find_pre_tokenizer, known_names, whole_word_lookup)
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -27,6 +28,11 @@ def recognise_pre_tokenizer(tokenizer: dict, path: Path) -> str:
     if entry.differs:
         raise AssistantError(f"{path}: the {entry.name} pre-tokenizer ({entry.families}) is not supported: "
                              f"the pinned llama.cpp splits text differently ({entry.differs})")
+    if entry.ignore_merges != whole_word_lookup(tokenizer):
+        raise AssistantError(f"{path}: the {entry.name} pre-tokenizer with BPE ignore_merges "
+                             f"{str(not entry.ignore_merges).lower()} is not supported: the pinned llama.cpp has this "
+                             f"split only with ignore_merges {str(entry.ignore_merges).lower()}, so some words would "
+                             f"tokenize differently")
     return entry.name
 
 

@@ -12,7 +12,8 @@ import gguf
 import pytest
 
 from converters import convert, pretokenizers
-from converters.pretokenizers import LLAMA3_SPLIT, PRE_TOKENIZERS, byte_level, find_pre_tokenizer, pre_tokenizer_json, split
+from converters.pretokenizers import (LLAMA3_SPLIT, PRE_TOKENIZERS, byte_level, describe, find_pre_tokenizer,
+                                      pre_tokenizer_json, split)
 from converters.random_checkpoint import make_checkpoint
 from tests.test_convert import load
 from tests.test_convert_errors import assert_refused, run_convert
@@ -49,12 +50,39 @@ CORPUS = TEXTS + [
     "I'm sure they'll say it's fine, don't you think? We've seen it, THEY'RE right.",
 ]
 SUPPORTED = [entry for entry in PRE_TOKENIZERS if not entry.differs]
-DIFFERING = [entry for entry in PRE_TOKENIZERS if entry.differs]
-# every definition; those llama.cpp splits differently must still differ when forced through (strict xfail), so a
-# llama.cpp that fixes one tells us to claim it
-CASES = [pytest.param(entry, steps, id=f"{entry.name}-{n}",
-                      marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=entry.differs)] if entry.differs else [])
-         for entry in PRE_TOKENIZERS for n, steps in enumerate(entry.definitions)]
+
+
+def unsupported_because(entry, ignore_merges: bool) -> str:
+    if entry.differs:
+        return entry.differs
+    return "ignore_merges differs from llama.cpp's" if entry.ignore_merges != ignore_merges else ""
+
+
+def _cases():
+    """Every definition, with whole-word lookup (BPE ignore_merges) off and on, as files carry either: the entry
+    recognition picks, and whether the converter refuses it."""
+    seen = set()
+    for entry in PRE_TOKENIZERS:
+        for n, steps in enumerate(entry.definitions):
+            for ignore_merges in (False, True):
+                key = (describe(steps), ignore_merges)
+                if key not in seen:
+                    seen.add(key)
+                    chosen = find_pre_tokenizer({"pre_tokenizer": pre_tokenizer_json(steps),
+                                                 "model": {"ignore_merges": ignore_merges}})
+                    lookup = "whole-words" if ignore_merges else "merges"
+                    yield chosen, steps, ignore_merges, f"{entry.name}-{n}-{lookup}"
+
+
+# every case is compared; what the converter refuses must still come out differently when forced through (strict
+# xfail), so a llama.cpp that fixes one tells us to claim it
+MATCHING, REFUSED = [], []
+for _entry, _steps, _ignore_merges, _name in _cases():
+    _why = unsupported_because(_entry, _ignore_merges)
+    _marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=_why)] if _why else []
+    MATCHING.append(pytest.param(_entry, _steps, _ignore_merges, id=_name, marks=_marks))
+    if _why:
+        REFUSED.append(pytest.param(_entry, _steps, _ignore_merges, id=_name))
 
 
 def make_tiny_checkpoint(directory, steps, ignore_merges: bool = False):
@@ -72,25 +100,31 @@ def train_tokenizer(directory, steps, ignore_merges: bool) -> int:
                                                  "use_regex": True},
              "model": {"type": "BPE", "vocab": {}, "merges": []}}
     tokenizer = tokenizers.Tokenizer.from_str(json.dumps(empty))
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=1000, special_tokens=SPECIAL, show_progress=False,
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIAL, show_progress=False,
                                              initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(CORPUS * 3, trainer=trainer)
     saved = json.loads(tokenizer.to_str())
     saved["model"]["ignore_merges"] = ignore_merges
+    # a word of the text that no merge makes, as real vocabularies have: only whole-word lookup finds it
+    vocab = saved["model"]["vocab"]
+    words = [piece for text in TEXTS if "<|" not in text
+             for piece, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text) if piece not in vocab]
+    vocab[max(words, key=len)] = tokenizer.get_vocab_size(with_added_tokens=True)
     (directory / "tokenizer.json").write_text(json.dumps(saved, ensure_ascii=False))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None, "eos_token": "<|im_end|>",
               "pad_token": "<|endoftext|>", "add_bos_token": False, "clean_up_tokenization_spaces": False,
               "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                                "{% endfor %}"}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    return tokenizer.get_vocab_size(with_added_tokens=True)
+    return len(vocab)
 
 
-@pytest.mark.parametrize("entry,steps", CASES)
-def test_llama_cpp_tokenizes_like_hugging_face(tmp_path, monkeypatch, entry, steps):
-    if entry.differs:  # force it through to see whether llama.cpp still disagrees
-        monkeypatch.setattr(pretokenizers, "PRE_TOKENIZERS", (dataclasses.replace(entry, differs=""),))
-    checkpoint = make_tiny_checkpoint(tmp_path, steps, entry.ignore_merges)
+@pytest.mark.parametrize("entry,steps,ignore_merges", MATCHING)
+def test_llama_cpp_tokenizes_like_hugging_face(tmp_path, monkeypatch, entry, steps, ignore_merges):
+    if unsupported_because(entry, ignore_merges):  # forced through, to see whether llama.cpp still disagrees
+        forced = dataclasses.replace(entry, differs="", ignore_merges=ignore_merges)
+        monkeypatch.setattr(pretokenizers, "PRE_TOKENIZERS", (forced,))
+    checkpoint = make_tiny_checkpoint(tmp_path, steps, ignore_merges)
     written = convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)["bf16"]
     assert gguf.GGUFReader(written).fields["tokenizer.ggml.pre"].contents() == entry.name
 
@@ -102,12 +136,12 @@ def test_llama_cpp_tokenizes_like_hugging_face(tmp_path, monkeypatch, entry, ste
         assert got == expected, (text, [reference.decode([t]) for t in expected], [reference.decode([t]) for t in got])
 
 
-@pytest.mark.parametrize("entry", DIFFERING, ids=[entry.name for entry in DIFFERING])
-def test_pre_tokenizer_llama_cpp_splits_differently_is_refused_saying_so(tmp_path, capsys, entry):
-    checkpoint = make_tiny_checkpoint(tmp_path, entry.definitions[0], entry.ignore_merges)
+@pytest.mark.parametrize("entry,steps,ignore_merges", REFUSED)
+def test_what_llama_cpp_would_tokenize_differently_is_refused_saying_why(tmp_path, capsys, entry, steps, ignore_merges):
+    checkpoint = make_tiny_checkpoint(tmp_path, steps, ignore_merges)
     code, err = run_convert(capsys, checkpoint, tmp_path / "out")
-    assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.json"), entry.name, "not supported",
-                   entry.differs)
+    why = entry.differs or f"ignore_merges {str(ignore_merges).lower()} is not supported"
+    assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.json"), entry.name, "not supported", why)
 
 
 def test_cl100k_split_names_its_whole_word_lookup():
