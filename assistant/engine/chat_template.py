@@ -39,8 +39,8 @@ def chat_prompt_tokens(model, messages: list[dict]) -> list[int]:
     template = _template(model)
     text = _render(template, model, messages)
     parts = _template_and_message_parts(template, model, messages, text)
-    if parts is None:
-        _refuse_control_text(model, messages)  # whole-text tokenizing is safe only without control text
+    if parts is None:  # a template we cannot follow: the messages lose their control tokens' spelling instead
+        text = _render(template, model, _without_control_text(model, messages))
         tokens = model.tokenize(text, add_special=True, parse_special=True)
     else:
         lib = llama()
@@ -159,14 +159,21 @@ def _split_at_control_tokens(model, piece: str) -> list[str | int]:
     return items
 
 
-def _refuse_control_text(model, messages: list[dict]) -> None:
+def _without_control_text(model, messages: list[dict]) -> list[dict]:
+    """The messages with a zero-width space after the first character of every control token's text in them:
+    they read the same, and no longer tokenize as control tokens when the whole prompt is parsed."""
+    lib, cleaned = llama(), []
     for message in messages:
         content = message["content"]
-        if isinstance(content, str) and (model.tokenize(content, add_special=False, parse_special=True)
-                                         != model.tokenize(content, add_special=False, parse_special=False)):
-            raise AssistantError(
-                f"{model.path}: a {message['role']} message contains the model's control tokens, and this chat "
-                "template rewrites messages in a way that cannot keep them plain text: remove them from the message")
+        if isinstance(content, str):
+            spelled = {model.token_text(token).decode("utf-8", errors="replace")
+                       for token in model.tokenize(content, add_special=False, parse_special=True)
+                       if lib.llama_vocab_get_attr(model.vocab, token) & (_CONTROL | _UNKNOWN)}
+            for text in sorted(filter(None, spelled), key=len, reverse=True):
+                content = content.replace(text, text[:1] + "\u200b" + text[1:])
+            message = {**message, "content": content}
+        cleaned.append(message)
+    return cleaned
 
 
 # --- rendering --------------------------------------------------------------------------------------
