@@ -103,11 +103,11 @@ def _one(*steps: dict) -> tuple[tuple[dict, ...], ...]:
 
 PRE_TOKENIZERS = (
     PreTokenizer("gpt-2", "GPT-2, GPT-NeoX, MPT, OLMo, Phi-2, Jais, EXAONE 4", _one(byte_level(True))),
-    PreTokenizer("smollm", "SmolLM/SmolLM2, StarCoder/StarCoder2, Granite Code, Command-R, CodeShell",
+    PreTokenizer("smollm", "SmolLM/SmolLM2, StarCoder/StarCoder2, Granite 3.x and Granite Code, Command-R, CodeShell",
                  _one(digits(True), byte_level(True))),
-    PreTokenizer("llama-bpe", "Llama 3.x, Falcon 3, GLM-4, LFM2", _one(split(LLAMA3_SPLIT), byte_level(False)),
+    PreTokenizer("llama-bpe", "Llama 3.x", _one(split(LLAMA3_SPLIT), byte_level(False)),
                  ignore_merges=True),
-    PreTokenizer("dbrx", "DBRX (Llama 3's split without ignore_merges)", _one(split(LLAMA3_SPLIT), byte_level(False))),
+    PreTokenizer("dbrx", "DBRX; Llama 3's split without ignore_merges", _one(split(LLAMA3_SPLIT), byte_level(False))),
     PreTokenizer("qwen2", "Qwen1.5/2/2.5/3 (and Coder), DeepSeek-R1-Distill-Qwen, StableLM 2, Hunyuan, Grok 2",
                  _one(split(QWEN2_SPLIT), byte_level(False))),
     PreTokenizer("qwen35", "Qwen3.5", _one(split(QWEN35_SPLIT), byte_level(False))),

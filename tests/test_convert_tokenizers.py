@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import gguf
 import pytest
@@ -170,3 +171,10 @@ def test_sentencepiece_model_without_tokenizer_json_says_how_to_write_one(tiny_c
     code, err = run_convert(capsys, checkpoint, tmp_path / "out")
     assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.model"), "SentencePiece", "tokenizer.json",
                    "save_pretrained")
+
+
+def test_readme_lists_every_supported_pre_tokenizer():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("### Tokenizers"):]
+    for entry in SUPPORTED:
+        assert f"| `{entry.name}` | {entry.families} |" in table, entry.name
