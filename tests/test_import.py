@@ -325,10 +325,24 @@ def test_every_source_type_dequantizes_as_gguf_py_and_runs_as_the_original(tiny_
 def test_an_all_f32_file_becomes_bf16_weights(tiny_f16, tmp_path):
     source = tmp_path / "all-f32.gguf"
     write_gguf_like(tiny_f16, source, lambda *_: Q.F32, name="")
-    files = import_gguf(source, outdir=tmp_path / "out", types=("bf16",), progress=False)
+    files = import_gguf(source, outdir=tmp_path / "out", types=("bf16", "mxfp4"), mxfp4_embeddings="mxfp4",
+                        progress=False)
     assert files["bf16"].name == "all-f32.bf16.gguf"  # no general.name: the file's name
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(files["bf16"]).tensors}
     assert types["blk.0.attn_q.weight"] == Q.BF16 and types["blk.0.attn_norm.weight"] == Q.F32
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(files["mxfp4"]).tensors}
+    assert types["token_embd.weight"] == types["output.weight"] == types["blk.1.ffn_down.weight"] == Q.MXFP4
+
+
+def test_rows_not_a_multiple_of_32_stay_bf16_in_the_mxfp4_copy(tiny_checkpoint, tmp_path):
+    checkpoint = tiny_checkpoint("qwen2", hidden_size=48, num_attention_heads=4, num_key_value_heads=2)
+    source = convert(checkpoint, outdir=tmp_path, name="narrow", types=("f16",), progress=False)["f16"]
+    files = import_gguf(source, outdir=tmp_path / "out", progress=False)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(files["mxfp4"]).tensors}
+    assert types["blk.0.attn_q.weight"] == Q.BF16  # rows of 48 values
+    assert types["blk.0.ffn_down.weight"] == Q.MXFP4  # rows of 128
+    with Model(files["mxfp4"]) as model, Model(source, vocab_only=True) as original:
+        assert model.tokenize(VARIED_TEXT) == original.tokenize(VARIED_TEXT)
 
 
 # --- ollama's store, the command line, bad inputs ---------------------------------------------------------
