@@ -63,9 +63,9 @@ def run(args) -> int:
 
     from assistant import attachments
 
-    prompt = _read_prompt(args)
+    question = _read_prompt(args)
     files = [attachments.read_file(path) for path in args.file]
-    prompt = attachments.with_attachments(prompt, files)
+    prompt = attachments.with_attachments(question, files)
     system = "\n\n".join(part for part in (args.system, attachments.system_note(files)) if part)
     source = _model_source(args)
     sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
@@ -73,7 +73,8 @@ def run(args) -> int:
     with Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
                        draft_length=draft_length, ngram=args.ngram, target_rpc=args.target_rpc) as pipeline:
         if args.raw:
-            events = pipeline.generate(prompt, sampling, args.max_tokens, args.stop)
+            events = pipeline.generate(raw_prompt_tokens(pipeline.target, question, files), sampling,
+                                       args.max_tokens, args.stop)
         else:
             messages = [{"role": "system", "content": system}] if system else []
             events = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
@@ -117,6 +118,18 @@ def format_stats(stats) -> str:
         lines.append("  predicted ms per token: "
                      + ", ".join(f"{shape} {seconds * 1000:.1f}" for shape, seconds in stats.predicted.items()))
     return "\n".join(lines)
+
+
+def raw_prompt_tokens(model, question: str, files) -> list[int]:
+    """--raw: whoever writes the prompt writes its format, control tokens included; attached files are
+    plain text to the tokenizer all the same."""
+    from assistant import attachments
+
+    if not files:
+        return model.tokenize(question, add_special=True, parse_special=True)
+    blocks = attachments.with_attachments("", files)  # the blocks and the blank line before the question
+    return (model.tokenize(blocks, add_special=True, parse_special=False)
+            + model.tokenize(question, add_special=False, parse_special=True))
 
 
 def _read_prompt(args) -> str:
