@@ -36,21 +36,21 @@ class PlannedTensor:
     kind: gguf.MODEL_TENSOR
     entry: TensorEntry | None  # None: generated (rope frequency factors)
     data: np.ndarray | None = None
-    permute_heads: int = 0  # >0: q/k rows to reorder for ggml's rope layout
+    is_bias: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:
         return self.entry.shape if self.entry is not None else self.data.shape
 
 
-def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, rope_factors) -> list[PlannedTensor]:
+def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, generated) -> list[PlannedTensor]:
     """Map, check and order every tensor before anything is written."""
-    name_map = gguf.get_tensor_name_map(arch.arch, arch.layers)
+    name_map = gguf.get_tensor_name_map(arch.gguf_arch, arch.layers)
     planned: dict[str, PlannedTensor] = {}
     T = gguf.MODEL_TENSOR
     for hf_name, entry in checkpoint.tensors.items():
         where = entry.file.path
-        if hf_name.endswith(architectures.IGNORED_SUFFIXES):
+        if arch.ignored(hf_name):
             continue
         found = name_map.get_type_and_name(hf_name, try_suffixes=(".weight", ".bias"))
         if found is None:
@@ -59,9 +59,9 @@ def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, rope_factors
         if kind == T.OUTPUT and arch.tied:
             continue  # tied: llama.cpp reads the head from token_embd
         is_bias = gguf_name.endswith(".bias")
-        if is_bias and not architectures.bias_allowed(arch, kind):
+        if is_bias and not arch.bias_allowed(kind):
             raise AssistantError(f"{where}: tensor {hf_name!r}: llama.cpp's {arch.gguf_name} has no such bias")
-        expected = architectures.expected_shape(arch, kind, is_bias)
+        expected = arch.expected_shape(kind, is_bias)
         if expected is None:
             raise AssistantError(f"{where}: tensor {hf_name!r} ({kind.name}) is not part of a {arch.hf_name}")
         if entry.shape != expected:
@@ -72,21 +72,13 @@ def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, rope_factors
             raise AssistantError(
                 f"{where}: tensor {hf_name!r} has unsupported dtype {entry.dtype} (supported: {', '.join(SUPPORTED_DTYPES)})"
             )
-        heads = 0
-        if arch.permute_qk and kind in (T.ATTN_Q, T.ATTN_K):
-            heads = arch.heads if kind == T.ATTN_Q else arch.kv_heads
-        planned[gguf_name] = PlannedTensor(gguf_name, kind, entry, permute_heads=heads)
+        planned[gguf_name] = PlannedTensor(gguf_name, kind, entry, is_bias=is_bias)
 
-    required = [(T.TOKEN_EMBD, None), (T.OUTPUT_NORM, None)] + ([] if arch.tied else [(T.OUTPUT, None)])
-    required += [(kind, layer) for layer in range(arch.layers) for kind in architectures.required_kinds(arch)]
-    for kind, layer in required:
-        name = gguf.TENSOR_NAMES[kind].format(bid=layer) + ".weight"
+    for name in arch.required_names():
         if name not in planned:
-            raise AssistantError(f"{checkpoint.directory}: checkpoint lacks the {name} weight a {arch.hf_name} needs")
-    order = list(planned.values())
-    if rope_factors is not None:
-        order.insert(0, PlannedTensor(gguf.TENSOR_NAMES[T.ROPE_FREQS] + ".weight", T.ROPE_FREQS, None, rope_factors))
-    return order
+            raise AssistantError(f"{checkpoint.directory}: checkpoint lacks the {name} tensor a {arch.hf_name} needs")
+    extra = [PlannedTensor(gguf.TENSOR_NAMES[kind] + ".weight", kind, None, values) for kind, values in generated]
+    return extra + list(planned.values())
 
 
 def _output_type(tensor: PlannedTensor, weight_type: str, embeddings_type: str) -> Q:
@@ -100,13 +92,10 @@ def _output_type(tensor: PlannedTensor, weight_type: str, embeddings_type: str) 
     return wanted
 
 
-def _load(tensor: PlannedTensor) -> np.ndarray:
+def _load(tensor: PlannedTensor, arch: architectures.Architecture) -> np.ndarray:
     if tensor.entry is None:
         return tensor.data
-    array = tensor.entry.file.array(tensor.entry)
-    if tensor.permute_heads:
-        array = architectures.permute_for_rope(array, tensor.permute_heads)
-    return array
+    return arch.transform(tensor.kind, tensor.entry.file.array(tensor.entry), tensor.is_bias)
 
 
 def default_name(source) -> str:
@@ -141,7 +130,7 @@ def check_metadata(directory) -> None:
     arch = architectures.read_architecture(read_config(config_path), config_path)
     check_tokenizer_files(directory)
     probe = gguf.GGUFWriter(None, arch.gguf_name)
-    architectures.add_hyperparameters(probe, arch, config_path)
+    arch.add_hyperparameters(probe)
     add_vocabulary(probe, directory, arch.vocab_size)
 
 
@@ -166,9 +155,8 @@ def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False
             for output in outputs:
                 if output.path.exists():
                     raise AssistantError(f"{output.path}: already exists (use --force to overwrite)")
-        metadata_probe = gguf.GGUFWriter(None, arch.gguf_name)
-        rope_factors = architectures.add_hyperparameters(metadata_probe, arch, config_path)
-        plan = _plan(checkpoint, arch, rope_factors)
+        generated = arch.add_hyperparameters(gguf.GGUFWriter(None, arch.gguf_name))
+        plan = _plan(checkpoint, arch, generated)
         _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress)
     finally:
         checkpoint.close()
@@ -184,7 +172,7 @@ def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress
             writer.add_name(name)
             writer.add_file_type(encodings.FILE_TYPES[output.weight_type])
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-            architectures.add_hyperparameters(writer, arch, checkpoint.directory / "config.json")
+            arch.add_hyperparameters(writer)
             add_vocabulary(writer, checkpoint.directory, arch.vocab_size)
             for tensor in plan:
                 qtype = output.types[tensor.gguf_name] = _output_type(tensor, output.weight_type, mxfp4_embeddings)
@@ -194,7 +182,7 @@ def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress
             writer.write_kv_data_to_file()
             writer.write_ti_data_to_file()
         for tensor in plan:
-            array = _load(tensor)
+            array = _load(tensor, arch)
             for output in outputs:
                 output.writer.write_tensor_data(encodings.encode(array, output.types[tensor.gguf_name]))
             del array
