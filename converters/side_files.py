@@ -117,7 +117,7 @@ _STEP_FIELDS = fields(type=STRING, pattern=fields(Regex=STRING, String=STRING), 
 TOKEN_TEXT = optional(either(STRING, required(fields(content=STRING), "content")))
 ROPE_SCALING = fields(rope_type=optional(STRING), type=optional(STRING), factor=optional(NUMBER),
                       low_freq_factor=optional(NUMBER), high_freq_factor=optional(NUMBER),
-                      original_max_position_embeddings=optional(INT), rope_theta=optional(NUMBER),
+                      original_max_position_embeddings=optional(NUMBER), rope_theta=optional(NUMBER),
                       partial_rotary_factor=optional(NUMBER), long_factor=optional(list_of(NUMBER)),
                       short_factor=optional(list_of(NUMBER)))
 
