@@ -115,7 +115,7 @@ PRE_TOKENIZERS = (
     # with them kept on their letters, as Hugging Face does
     PreTokenizer("granite-embed-multi-97m", "o200k (GPT-4o) files with ignore_merges",
                  _one(split(GPT4O_SPLIT), byte_level(False)), ignore_merges=True),
-    PreTokenizer("tekken", "Mistral Nemo, Ministral, Pixtral (tekken)", _one(split(TEKKEN_SPLIT), byte_level(False)),
+    PreTokenizer("tekken", "Mistral Nemo, Ministral, Pixtral", _one(split(TEKKEN_SPLIT), byte_level(False)),
                  ignore_merges=True, differs=COMBINING_MARK),
     PreTokenizer("deepseek-v3", "DeepSeek V3/R1, Hunyuan dense, JoyAI",
                  _one(split(DEEPSEEK_V3_DIGITS), split(DEEPSEEK_V3_CJK), split(DEEPSEEK_V3_SPLIT), byte_level(False))),

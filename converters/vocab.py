@@ -1,4 +1,5 @@
-"""Tokenizer -> GGUF vocabulary: byte-level BPE ("gpt2") and Llama-style SentencePiece ("llama").
+"""Tokenizer -> GGUF vocabulary: byte-level BPE ("gpt2") and Llama-style SentencePiece ("llama"), from
+tokenizer.json or, without it, a SentencePiece tokenizer.model.
 
 The BPE pre-tokenizer name llama.cpp needs is recognised from the definition in tokenizer.json (its split
 regexes and byte-level flags compared by content with the table in pretokenizers.py), never guessed from
@@ -17,6 +18,7 @@ from assistant.errors import AssistantError
 from converters.checkpoint import read_json
 from converters.pretokenizers import (  # noqa: F401 (LLAMA3_SPLIT: tests)
     LLAMA3_SPLIT, find_pre_tokenizer, known_names, whole_word_lookup)
+from converters.sentencepiece_model import read_sentencepiece_model
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -66,15 +68,12 @@ def _merge_scores(tokenizer: dict) -> dict[str, float]:
 
 def add_vocabulary(writer: gguf.GGUFWriter, directory: Path, vocab_size: int) -> None:
     path = directory / "tokenizer.json"
-    if not path.is_file() and (directory / "tokenizer.model").is_file():
-        raise AssistantError(
-            f"{directory / 'tokenizer.model'}: a SentencePiece model alone is not supported; write tokenizer.json "
-            f"beside it with transformers: AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)"
-        )
-    if not path.is_file():
+    if not path.is_file() and not (directory / "tokenizer.model").is_file():
         raise AssistantError(f"{path}: missing; the tokenizer files must sit beside the weights")
     if not (directory / "tokenizer_config.json").is_file():
         raise AssistantError(f"{directory / 'tokenizer_config.json'}: missing; the tokenizer files must sit beside the weights")
+    if not path.is_file():
+        return _add_sentencepiece_model(writer, directory / "tokenizer.model", vocab_size)
     tokenizer = read_json(path)
     read_json(directory / "tokenizer_config.json")
     tokens, added = _tokens_by_id(tokenizer, path, vocab_size)
@@ -115,6 +114,34 @@ def add_vocabulary(writer: gguf.GGUFWriter, directory: Path, vocab_size: int) ->
     writer.add_token_types(types)
     special = gguf.SpecialVocab(directory, load_merges=not sentencepiece, n_vocab=vocab_size)
     special.add_to_gguf(writer, quiet=True)
+
+
+def _add_sentencepiece_model(writer: gguf.GGUFWriter, path: Path, vocab_size: int) -> None:
+    """A tokenizer.model without tokenizer.json (older Llama 2 derivatives): converted where llama.cpp's
+    SentencePiece tokenizer splits as SentencePiece does, a BPE model that leaves text as it is."""
+    model = read_sentencepiece_model(path)
+    fix = "; write tokenizer.json beside it with transformers: AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)"
+    if model.model_type != "BPE":
+        raise AssistantError(f"{path}: a SentencePiece {model.model_type} model is not supported: llama.cpp tokenizes "
+                             f"only BPE ones as SentencePiece does{fix}")
+    if model.normalizer != "identity" or model.remove_extra_whitespaces:
+        what = "collapses runs of spaces" if model.normalizer == "identity" else f"normalizes text ({model.normalizer})"
+        raise AssistantError(f"{path}: this SentencePiece model {what}, which llama.cpp does not{fix}")
+    user_defined = [text for text, _, kind in model.pieces if kind == gguf.TokenType.USER_DEFINED]
+    if user_defined:
+        raise AssistantError(f"{path}: user-defined pieces ({', '.join(user_defined[:3])}...) are not supported: llama.cpp "
+                             f"puts a leading space after each, SentencePiece only at the start{fix}")
+    if len(model.pieces) > vocab_size:
+        raise AssistantError(f"{path}: {len(model.pieces)} pieces, beyond the model's vocab_size {vocab_size} (config.json)")
+    padding = [(f"[PAD{i}]", 0.0, gguf.TokenType.UNUSED) for i in range(len(model.pieces), vocab_size)]
+    texts, scores, types = zip(*(model.pieces + padding))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(list(texts))
+    writer.add_token_scores(list(scores))
+    writer.add_token_types(list(types))
+    writer.add_add_space_prefix(model.add_dummy_prefix)
+    gguf.SpecialVocab(path.parent, load_merges=False, n_vocab=vocab_size).add_to_gguf(writer, quiet=True)
 
 
 def _adds_space_prefix(tokenizer: dict) -> bool:

@@ -6,6 +6,7 @@ here without a line of test code."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 
@@ -164,13 +165,54 @@ def test_unknown_pre_tokenizer_names_the_file_and_the_known_ones(tmp_path, capsy
                    *[entry.name for entry in SUPPORTED])
 
 
-def test_sentencepiece_model_without_tokenizer_json_says_how_to_write_one(tiny_checkpoint, tmp_path, capsys):
-    checkpoint = tiny_checkpoint("llama")
-    (checkpoint / "tokenizer.json").unlink()
-    (checkpoint / "tokenizer.model").write_bytes(b"\x0a\x09\x0a\x05<unk>\x15\x00\x00\x00\x00")
+def make_sentencepiece_checkpoint(directory, **options):
+    """A checkpoint whose tokenizer is a SentencePiece tokenizer.model alone (Llama 2's settings unless told)."""
+    spm = pytest.importorskip("sentencepiece")
+    model = io.BytesIO()
+    settings = {"model_type": "bpe", "vocab_size": 900, "normalization_rule_name": "identity",
+                "remove_extra_whitespaces": False, **options}
+    lines = [line for text in CORPUS for line in text.splitlines() if line.strip()]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines * 3), model_writer=model, byte_fallback=True,
+                                   split_digits=True, allow_whitespace_only_pieces=True, character_coverage=1.0,
+                                   unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, **settings)
+    checkpoint = make_checkpoint(directory / "checkpoint", "llama", hidden=32, layers=1, intermediate=64, heads=2,
+                                 kv_heads=1, vocab=settings["vocab_size"], tokenizer_dir=None, bos_token_id=1,
+                                 eos_token_id=2)
+    (checkpoint / "tokenizer.model").write_bytes(model.getvalue())
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    return checkpoint, spm.SentencePieceProcessor(model_proto=model.getvalue())
+
+
+def test_sentencepiece_model_alone_tokenizes_as_sentencepiece(tmp_path):
+    checkpoint, reference = make_sentencepiece_checkpoint(tmp_path)
+    written = convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)["bf16"]
+    assert gguf.GGUFReader(written).fields["tokenizer.ggml.model"].contents() == "llama"
+    model = load(written, vocab_only=True)
+    assert model.token_bos() == 1 and model.token_eos() == 2
+    for text in TEXTS:  # SentencePiece never reads control tokens in text, so neither does llama.cpp here
+        expected = reference.encode(text)
+        assert model.tokenize(text.encode(), add_bos=False, special=False) == expected, (text, reference.id_to_piece(expected))
+
+
+@pytest.mark.parametrize("options,why", [
+    ({"model_type": "unigram", "vocab_size": 500}, "unigram model is not supported"),
+    ({"normalization_rule_name": "nmt_nfkc"}, "normalizes text (nmt_nfkc)"),
+    ({"remove_extra_whitespaces": True}, "collapses runs of spaces"),
+    ({"user_defined_symbols": ["<|im_start|>", "<|im_end|>"]}, "user-defined pieces (<|im_start|>, <|im_end|>...)"),
+], ids=["unigram", "nfkc", "collapsed-spaces", "user-defined"])
+def test_sentencepiece_models_llama_cpp_tokenizes_differently_are_refused(tmp_path, capsys, options, why):
+    checkpoint, _ = make_sentencepiece_checkpoint(tmp_path, **options)
     code, err = run_convert(capsys, checkpoint, tmp_path / "out")
-    assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.model"), "SentencePiece", "tokenizer.json",
-                   "save_pretrained")
+    assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.model"), why, "save_pretrained")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_broken_sentencepiece_model_is_named(tmp_path, capsys, damage):
+    checkpoint, _ = make_sentencepiece_checkpoint(tmp_path)
+    path = checkpoint / "tokenizer.model"
+    path.write_bytes(b"\xff" * 64 if damage == "garbage" else path.read_bytes()[:-7])
+    code, err = run_convert(capsys, checkpoint, tmp_path / "out")
+    assert_refused(code, err, tmp_path / "out", str(path), "not a SentencePiece model")
 
 
 def test_readme_lists_every_supported_pre_tokenizer():
