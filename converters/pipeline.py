@@ -52,7 +52,7 @@ def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, generated) -
         where = entry.file.path
         if arch.ignored(hf_name):
             continue
-        found = name_map.get_type_and_name(hf_name, try_suffixes=(".weight", ".bias"))
+        found = name_map.get_type_and_name(arch.text_model_name(hf_name), try_suffixes=(".weight", ".bias"))
         if found is None:
             raise AssistantError(f"{where}: tensor {hf_name!r} has no GGUF name for {arch.hf_name}")
         kind, gguf_name = found

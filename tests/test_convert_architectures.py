@@ -177,3 +177,61 @@ def test_starcoder2_without_its_biases_is_refused(tmp_path):
     write_bf16_tensors(source, kept, lambda name, shape: arrays[name])
     with pytest.raises(AssistantError, match="lacks the blk.1.ffn_down.bias tensor a Starcoder2ForCausalLM needs"):
         convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)
+
+
+@pytest.mark.parametrize("prefix", ["language_model.model.", "model.language_model."])
+def test_gemma3_multimodal_checkpoint_converts_as_its_language_model(tmp_path, prefix):
+    """Gemma 3 4B/12B/27B ship as Gemma3ForConditionalGeneration: text_config inside config.json, the language
+    model's tensors under a prefix (transformers 4 or 5 layout), a vision tower beside them. Its GGUF is the
+    one the same weights give as a text-only Gemma3ForCausalLM, tensor for tensor and key for key."""
+    import shutil
+
+    from converters.random_checkpoint import write_bf16_tensors
+    from converters.safetensors_file import SafetensorsFile
+
+    text = tiny(tmp_path / "text", "gemma3", sliding_window=8, rope_scaling={"rope_type": "linear", "factor": 8.0})
+    multimodal = tmp_path / "multimodal"
+    multimodal.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(text / name, multimodal / name)
+    text_config = json.loads((text / "config.json").read_text())
+    del text_config["architectures"]
+    (multimodal / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text_config,
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32}, "mm_tokens_per_image": 4}))
+    source = SafetensorsFile(text / "model.safetensors")
+    head = "language_model.lm_head.weight" if prefix.startswith("language_model.") else "lm_head.weight"
+    arrays = {(prefix + name.removeprefix("model.") if name != "lm_head.weight" else head): np.array(source.array(entry))
+              for name, entry in source.entries.items()}
+    assert head in arrays  # untied: the head's name moves too
+    source.close()
+    vision = {"vision_tower.vision_model.embeddings.patch_embedding.weight": (32, 3, 14, 14),
+              "multi_modal_projector.mm_input_projection_weight": (32, 64)}
+    vision = {("model." if prefix.startswith("model.") else "") + name: shape for name, shape in vision.items()}
+    specs = [(name, array.shape) for name, array in arrays.items()] + list(vision.items())
+    write_bf16_tensors(multimodal / "model.safetensors", specs,
+                       lambda name, shape: arrays[name] if name in arrays else np.zeros(shape, np.uint16))
+
+    files = [convert(source, outdir=tmp_path / source.name, name="m", types=("bf16",), progress=False)["bf16"]
+             for source in (text, multimodal)]
+    readers = [gguf.GGUFReader(path) for path in files]
+    tensors = [{t.name: np.asarray(t.data) for t in reader.tensors} for reader in readers]
+    assert sorted(tensors[0]) == sorted(tensors[1])
+    assert all(np.array_equal(tensors[0][name], tensors[1][name]) for name in tensors[0])
+    fields = [{key: field.contents() for key, field in reader.fields.items() if key.startswith("gemma3.")}
+              for reader in readers]
+    assert fields[0] == fields[1] and fields[0]["gemma3.rope.scaling.factor"] == 8.0
+
+
+def test_gemma3_multimodal_text_config_defaults(tmp_path):
+    """The published 4B config leaves most text keys to Gemma3TextConfig's defaults; they are read as
+    transformers reads them."""
+    from converters.architectures import read_architecture
+
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}
+    arch = read_architecture(config, tmp_path / "config.json")
+    assert (arch.gguf_name, arch.heads, arch.kv_heads, arch.head_dim, arch.vocab_size) == ("gemma3", 8, 4, 256, 262208)
+    assert (arch.rope.theta, arch.rope.kind, arch.sliding_window, arch.tied) == (1000000.0, "linear", 1024, True)
+    assert [layer for layer, sliding in enumerate(arch.sliding_layers) if not sliding] == [5, 11, 17, 23, 29]

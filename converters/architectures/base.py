@@ -149,7 +149,11 @@ class Architecture:
 
     def ignored(self, hf_name: str) -> bool:
         """Tensors the checkpoint may carry that llama.cpp does not read."""
-        return hf_name.endswith(IGNORED_SUFFIXES) or (self.tied and hf_name == "lm_head.weight")
+        return hf_name.endswith(IGNORED_SUFFIXES) or (self.tied and self.text_model_name(hf_name) == "lm_head.weight")
+
+    def text_model_name(self, hf_name: str) -> str:
+        """The tensor's name in the family's text-only model, which TensorNameMap knows."""
+        return hf_name
 
     def transform(self, kind: gguf.MODEL_TENSOR, array: np.ndarray, is_bias: bool) -> np.ndarray:
         """The tensor as llama.cpp's graph reads it."""

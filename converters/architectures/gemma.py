@@ -1,4 +1,5 @@
-"""Gemma (CodeGemma), Gemma 2 and Gemma 3 (text-only Gemma3ForCausalLM).
+"""Gemma (CodeGemma), Gemma 2 and Gemma 3 (Gemma3ForCausalLM, and the text model of the multimodal
+Gemma3ForConditionalGeneration).
 
 All three scale embeddings by sqrt(hidden) and use GELU feed-forwards inside llama.cpp's graphs; what a
 checkpoint must bring: RMSNorm weights stored as an offset from 1 (Hugging Face multiplies by 1 + w, so
@@ -123,4 +124,37 @@ class Gemma3(Gemma2):
         return super().layer_tensors() + [(T.ATTN_Q_NORM, "weight"), (T.ATTN_K_NORM, "weight")]
 
 
-ARCHITECTURES = {"GemmaForCausalLM": Gemma, "Gemma2ForCausalLM": Gemma2, "Gemma3ForCausalLM": Gemma3}
+# Gemma3TextConfig's defaults: the text_config of the multimodal checkpoints (4B, 12B, 27B) leaves them out
+TEXT_DEFAULTS = {"num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 262208,
+                 "max_position_embeddings": 131072}
+LANGUAGE_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                     "language_model.lm_head.": "lm_head."}
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemma3Multimodal(Gemma3):
+    """Gemma3ForConditionalGeneration converted as its text model: the vision tower and projector are left
+    out (llama.cpp runs them from a separate mmproj file), the language model's tensors keep their weights."""
+
+    @classmethod
+    def from_config(cls, hf_name, config, config_path):
+        text = config.get("text_config")
+        if not isinstance(text, dict):
+            raise AssistantError(f"{config_path}: {hf_name} needs a text_config object")
+        tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings", True))
+        merged = {**TEXT_DEFAULTS, **text, "architectures": [hf_name], "tie_word_embeddings": tied}
+        return super().from_config(hf_name, merged, config_path)
+
+    def ignored(self, hf_name):
+        return hf_name.startswith(VISION_PREFIXES) or super().ignored(hf_name)
+
+    def text_model_name(self, hf_name):
+        for prefix, replacement in LANGUAGE_PREFIXES.items():
+            if hf_name.startswith(prefix):
+                return replacement + hf_name[len(prefix):]
+        return hf_name
+
+
+ARCHITECTURES = {"GemmaForCausalLM": Gemma, "Gemma2ForCausalLM": Gemma2, "Gemma3ForCausalLM": Gemma3,
+                 "Gemma3ForConditionalGeneration": Gemma3Multimodal}
