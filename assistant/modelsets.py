@@ -2,7 +2,8 @@
 
 The registry is one JSON file in the models directory, written atomically:
 
-    {"default": "demo", "sets": {"demo": {"levels": [{"role": "target", "path": "demo.bf16.gguf"}, ...]}}}
+    {"default": "demo", "sets": {"demo": {"levels": [{"role": "target", "path": "demo.bf16.gguf"}, ...],
+                                          "description": "what the set is, for `models list` and the chat"}}}
 
 Paths are stored relative to the models directory when they live inside it, so the directory can move.
 """
@@ -39,6 +40,7 @@ class ModelSet:
     name: str
     levels: list[Level] = field(default_factory=list)
     target_rpc: str | None = None  # HOST:PORT of a ggml-rpc-server that runs the target; None: this machine
+    description: str | None = None  # what the models are, where their names do not say it (the demo set)
 
     @property
     def target(self) -> Level:
@@ -51,7 +53,7 @@ class ModelSet:
         """The chain cut to its first ``count`` levels (1 = the target alone)."""
         if not 1 <= count <= len(self.levels):
             raise ModelSetError(f"model set {self.name!r} has {len(self.levels)} levels, not {count}")
-        return ModelSet(self.name, self.levels[:count], self.target_rpc)
+        return ModelSet(self.name, self.levels[:count], self.target_rpc, self.description)
 
 
 def registry_path(models_dir: Path | None = None) -> Path:
@@ -98,7 +100,7 @@ def list_sets(models_dir: Path | None = None) -> tuple[list[ModelSet], str | Non
     data = _read(models_dir)
     sets = [
         ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"])) for lv in entry["levels"]],
-                 entry.get("target_rpc"))
+                 entry.get("target_rpc"), entry.get("description"))
         for name, entry in data["sets"].items()
     ]
     return sets, data["default"]
@@ -117,7 +119,8 @@ def get(name: str | None = None, models_dir: Path | None = None) -> ModelSet:
     raise ModelSetError(f"no model set named {wanted!r} (registered: {known})")
 
 
-def register(name: str, levels: list[Level], make_default: bool = False, models_dir: Path | None = None) -> ModelSet:
+def register(name: str, levels: list[Level], make_default: bool = False, models_dir: Path | None = None,
+             description: str | None = None) -> ModelSet:
     """Add or replace a model set; the first one registered becomes the default."""
     if not levels:
         raise ModelSetError(f"model set {name!r} needs at least one level")
@@ -127,10 +130,12 @@ def register(name: str, levels: list[Level], make_default: bool = False, models_
     data["sets"][name] = {"levels": [{"role": lv.role, "path": _store(models_dir, lv.path)} for lv in levels]}
     if remote:
         data["sets"][name]["target_rpc"] = remote
+    if description:
+        data["sets"][name]["description"] = description
     if make_default or data["default"] is None:
         data["default"] = name
     _write(models_dir, data)
-    return ModelSet(name, list(levels), remote)
+    return ModelSet(name, list(levels), remote, description)
 
 
 def remove(name: str, delete_files: bool = False, models_dir: Path | None = None) -> ModelSet:

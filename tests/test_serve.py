@@ -128,11 +128,11 @@ def fim_home(tmp_path_factory):
     from converters import convert
     from converters.random_checkpoint import make_checkpoint
     from assistant import modelsets
-    from assistant.demo import CHECKPOINTS
+    from assistant.demo import BENCH_PAIR
 
     tokenizer = tmp_path_factory.mktemp("fim-tokenizer")
-    data = json.loads((CHECKPOINTS / "target" / "tokenizer.json").read_text())
-    config = json.loads((CHECKPOINTS / "target" / "tokenizer_config.json").read_text())
+    data = json.loads((BENCH_PAIR / "target" / "tokenizer.json").read_text())
+    config = json.loads((BENCH_PAIR / "target" / "tokenizer_config.json").read_text())
     for offset, name in enumerate(["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"]):
         token = {"content": name, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                  "special": True}

@@ -21,11 +21,11 @@ from pathlib import Path
 from assistant.errors import AssistantError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-# The packaged demo set is the trained bench pair (the same files as ../shared/models), so no run needs
+# The packaged toy pair (assistant/demo/) is the trained bench pair (the same files as ../shared/models), so no run needs
 # ../shared for its models; the prompts stay there.
 DEFAULT_MODELS = Path(__file__).resolve().parents[1] / "demo"
 DEFAULT_PROMPTS = SHARED / "bench" / "prompts.jsonl"
-# Directory names of the pair under --models: the benchmark's layout, or the packaged demo's.
+# Directory names of the pair under --models: the benchmark's layout, or the packaged toy pair's.
 LAYOUTS = (("bench-target", "bench-draft"), ("target", "draft"))
 
 
@@ -36,7 +36,7 @@ def pair_directories(models: Path) -> tuple[Path, Path]:
         if (models / target / "config.json").is_file() and (models / draft / "config.json").is_file():
             return models / target, models / draft
     raise AssistantError(f"{models}: holds no checkpoint pair (--models needs bench-target/ and bench-draft/, "
-                         "or target/ and draft/ as in the packaged demo set)")
+                         "or target/ and draft/ as in the packaged toy pair)")
 
 TARGET_PADDING = {"layers": 28, "intermediate": 18432}
 DRAFT_PADDING = {"layers": 24, "intermediate": 2816}
@@ -49,7 +49,7 @@ class Workload:
     target: Path  # BF16 GGUF
     mxfp4: Path  # MXFP4 direct cast of the target
     draft: Path  # the small draft, BF16 GGUF (the paper's full-precision small draft)
-    draft_mxfp4: Path  # the small draft in MXFP4 (what the demo set and `assistant pull` use)
+    draft_mxfp4: Path  # the small draft in MXFP4 (what `assistant pull --draft` uses)
     checkpoints: dict[str, str] = field(default_factory=dict)
     parameters: dict[str, int] = field(default_factory=dict)
     padding: dict | None = None

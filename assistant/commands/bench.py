@@ -59,7 +59,7 @@ def add_arguments(parser):
                         help="added round-trip times for --remote, in milliseconds (default 0,2,10)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
                         help="directory holding bench-target/ and bench-draft/, or target/ and draft/ "
-                             "(default: the packaged demo set, the same trained pair as ../shared/models)")
+                             "(default: the packaged toy pair, the same trained pair as ../shared/models)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "assistant" / "bench",
                         help="where padded checkpoints and GGUF files are kept between runs")
 

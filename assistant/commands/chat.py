@@ -1,6 +1,6 @@
 """Open the terminal chat. Answers stream from the chosen model set through multi-level speculative
-decoding; conversations are saved in the user data directory. With no model set registered, the bundled
-demo set (a toy trained for benchmarks) is converted and used."""
+decoding; conversations are saved in the user data directory. With no model set registered, the demo set
+(SmolLM2-135M-Instruct, upcast from a Q4_1 file) is imported and used."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def run(args) -> int:
         sets, default = [], None
         problems.append(str(error))
     if not sets:
-        row("model sets", "none yet (`assistant chat` converts the bundled demo set on first use)")
+        row("model sets", "none yet (`assistant chat` imports the demo set on first use)")
     for model_set in sets:
         mark = " (default)" if model_set.name == default else ""
         row(f"model set{mark}", model_set.name)

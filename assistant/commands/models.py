@@ -4,6 +4,7 @@ that `assistant chat`, `generate` and `bench` run. `assistant pull` and `assista
 from __future__ import annotations
 
 import sys
+import textwrap
 
 HELP = "list model sets, remove one, choose the default, or run a set's target on another machine"
 
@@ -63,6 +64,9 @@ def list_sets(out=None) -> None:
         marker = "* " if model_set.name == default else "  "
         note = "  (default)" if model_set.name == default else ""
         print(f"{marker}{model_set.name}  {len(model_set.levels)} levels, {format_size(total)}{note}", file=out)
+        if model_set.description:
+            print(textwrap.fill(model_set.description, width=100, initial_indent="    ", subsequent_indent="    ",
+                                break_on_hyphens=False, break_long_words=False), file=out)
         for number, level in enumerate(model_set.levels):
             size = format_size(level.size_bytes) if level.path.exists() else "MISSING"
             print(f"    {number}  {level.role:<7} {size:>9}  {level.path}", file=out)

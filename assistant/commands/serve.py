@@ -23,7 +23,7 @@ KEY_VARIABLE = "ASSISTANT_API_KEY"
 
 def add_arguments(parser) -> None:
     parser.add_argument("-m", "--model-set", metavar="NAME", help="model set to serve (default: the default set; "
-                        "the bundled demo set when none is registered); clients send this name as the model")
+                        "the demo set when none is registered); clients send this name as the model")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
                         "machine only; any other address, e.g. 0.0.0.0 for the network, needs an API key)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
