@@ -40,8 +40,15 @@ CASES = {
     "gemma3-local-rope-window": ("gemma3", {
         "head_dim": 32, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
         "rope_local_base_freq": 100.0, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    # transformers 5 writes rope settings per layer type in rope_parameters
+    "gemma3-rope-parameters": ("gemma3", {"sliding_window": 8, "without": ["rope_theta", "rope_local_base_freq"],
+                                          "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}}),
     "gemma3-untied-pattern": ("gemma3", {"tied": False, "sliding_window": 8, "sliding_window_pattern": 2,
                                          "rope_local_base_freq": 100.0}),
+    "qwen2.5-yarn": ("qwen2", {"bias": True, "rope_theta": 1000000.0, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}}),
     "phi3-fused": ("phi3", {}),
     "phi3.5-longrope-short": ("phi3", {"max_position_embeddings": 16384, "rope_scaling": {
         "type": "longrope", "short_factor": SHORT, "long_factor": LONG}}),
@@ -60,11 +67,15 @@ DIMS = ("hidden", "heads", "kv_heads", "intermediate", "head_dim")
 TOKENS = [int(t) for t in np.random.default_rng(0).integers(0, 8000, 48)]
 
 
-def tiny(directory, arch: str, tied: bool = False, bias: bool = False, **options):
+def tiny(directory, arch: str, tied: bool = False, bias: bool = False, without=(), **options):
+    """A tiny random checkpoint with the demo tokenizer; ``without`` names config keys to leave out."""
     dims = {"hidden": 64, "layers": 2, "intermediate": 128, "heads": 4, "kv_heads": 2}
     dims.update({key: options.pop(key) for key in DIMS if key in options})
-    return make_checkpoint(directory, arch, vocab=8192, tied=tied, bias=bias, std=0.1, tokenizer_dir=DEMO_TOKENIZER,
-                           bos_token_id=8189, eos_token_id=8191, **dims, **options)
+    checkpoint = make_checkpoint(directory, arch, vocab=8192, tied=tied, bias=bias, std=0.1,
+                                 tokenizer_dir=DEMO_TOKENIZER, bos_token_id=8189, eos_token_id=8191, **dims, **options)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in without}))
+    return checkpoint
 
 
 def llama_logits(path) -> np.ndarray:
