@@ -1,7 +1,12 @@
-"""Every byte-level BPE pre-tokenizer the converter recognises, end to end: a tiny vocabulary trained with
-Hugging Face `tokenizers` on that definition, a random checkpoint carrying it, `convert`, and llama.cpp's token
-ids on the GGUF against `tokenizers`' on a varied text. A new entry in converters/pretokenizers.py is tested
-here without a line of test code."""
+"""Tokenizers through `assistant convert`, end to end, each checked against its reference implementation.
+
+Every byte-level BPE pre-tokenizer definition in converters/pretokenizers.py, with BPE ignore_merges off and on:
+a tiny vocabulary trained with Hugging Face `tokenizers` on that definition, a random checkpoint carrying it,
+`convert`, and llama.cpp's token ids on the GGUF against `tokenizers`' on a varied text (a new table entry is
+tested without a line of test code); what the converter refuses must still tokenize differently when forced
+through. SmolLM2's real vocabulary the same way. A SentencePiece tokenizer.model alone, trained with
+`sentencepiece`, against `sentencepiece`. Refusals: one line naming the file and why.
+"""
 
 from __future__ import annotations
 
