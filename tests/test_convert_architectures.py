@@ -246,3 +246,24 @@ def test_gemma3_multimodal_text_config_defaults(tmp_path):
     assert (arch.gguf_name, arch.heads, arch.kv_heads, arch.head_dim, arch.vocab_size) == ("gemma3", 8, 4, 256, 262208)
     assert (arch.rope.theta, arch.rope.kind, arch.sliding_window, arch.tied) == (1000000.0, "linear", 1024, True)
     assert [layer for layer, sliding in enumerate(arch.sliding_layers) if not sliding] == [5, 11, 17, 23, 29]
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "phi3"])
+def test_speculative_answer_equals_the_targets_on_converted_models(tmp_path, capsys, arch):
+    """The converted pair runs the product's chain: the MXFP4 copy drafting for the BF16 target gives the
+    target's own greedy answer, also where rejected drafts roll back a sliding-window cache (Gemma 2/3,
+    window 8: every answer outgrows it)."""
+    from assistant.cli import main
+
+    window = {"sliding_window": 8} if arch.startswith("gemma") else {}
+    written = convert(tiny(tmp_path / "hf", arch, **window), outdir=tmp_path, name="m", types=("bf16", "mxfp4"),
+                      progress=False)
+    answers = []
+    for chain in (["--levels", "1"], ["--draft", written["mxfp4"], "--draft-length", "4", "--no-ngram"]):
+        args = ["generate", "def fibonacci(n):", "--raw", "--greedy", "-n", "40", "--ctx", "256", "--json"]
+        assert main([*args, "--target", str(written["bf16"]), *map(str, chain)]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    alone, chained = answers
+    assert chained["tokens"] == alone["tokens"] and len(alone["tokens"]) == 40
+    draft = chained["stats"]["levels"][1]
+    assert draft["proposed"] > draft["accepted"] > 0  # drafts were both taken and rolled back
