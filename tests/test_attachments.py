@@ -3,8 +3,11 @@
 import json
 import subprocess
 import sys
+import os
+import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 
@@ -38,6 +41,40 @@ def test_what_cannot_be_attached_is_named_with_the_reason(tmp_path, name, make, 
     assert str(refused.value).startswith(message)
 
 
+def bytes_read() -> int:
+    """Bytes this process has read through read(2) and friends so far."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+def sparse_gigabyte(path):
+    with open(path, "wb") as file:
+        file.truncate(1 << 30)  # no blocks written: a 1 GiB file in no time and no disk space
+
+
+def unix_socket(path):
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))  # the socket file stays after the socket is closed
+
+
+@pytest.mark.parametrize("name,make,message", [
+    ("zero", lambda p: p.symlink_to("/dev/zero"), "zero: is a character device, not a regular file"),
+    ("pipe", os.mkfifo, "pipe: is a FIFO (named pipe), not a regular file"),
+    ("sock", unix_socket, "sock: is a socket, not a regular file"),
+    ("big.log", sparse_gigabyte, "big.log: 1024 MiB is over the 256 KiB limit"),
+])
+def test_only_a_regular_file_is_read_and_only_under_the_size_limit(tmp_path, name, make, message):
+    make(tmp_path / name)
+    began, before = time.monotonic(), bytes_read()
+    with pytest.raises(AttachmentError) as refused:
+        attachments.read_file(name, tmp_path)
+    assert str(refused.value) == message + (" for an attachment (attach a smaller part)" if "limit" in message else "")
+    assert bytes_read() - before < 64 * 1024 and time.monotonic() - began < 2  # refused without reading it
+    (tmp_path / "real.py").write_text("x = 1\n")
+    (tmp_path / "link.py").symlink_to("real.py")
+    assert attachments.read_file("link.py", tmp_path).content == "x = 1\n"  # a link to a file is that file
+
+
 def test_globs_expand_to_files_and_a_changed_file_is_reread_and_marked(tmp_path):
     for name in ("b.py", "a.py", "notes.txt"):
         (tmp_path / name).write_text(f"# {name}\n")
@@ -64,15 +101,48 @@ def test_a_command_gives_its_output_and_exit_code(tmp_path):
     assert len(long.content) < 70000 and long.content.startswith("[… ") and long.content.rstrip().endswith("yyy")
 
 
-def test_a_command_that_never_ends_is_stopped_by_timeout_or_cancel(tmp_path):
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for its new parent to reap it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_stopped_command_keeps_its_output_so_far_and_ends_its_background_children(tmp_path):
     began = time.monotonic()
-    with pytest.raises(AttachmentError, match="still running after 0.5 s, stopped"):
-        attachments.run_command("sleep 30", tmp_path, timeout=0.5)
+    # the child ignores SIGTERM and holds the output pipe open: only ending the whole group stops it
+    script = "echo started; (trap '' TERM; exec sleep 100) & echo $! > child.pid; sleep 100"
+    timed_out = attachments.run_command(script, tmp_path, timeout=0.5)
+    assert timed_out.content == "started\n[timed out: still running after 0.5 s, stopped]\n"
+    assert timed_out.exit_code is None and timed_out.stopped == "timed out: still running after 0.5 s, stopped"
+    assert timed_out.render().startswith(f"Output of `{script}` (stopped before it exited):")
+    assert process_gone(int((tmp_path / "child.pid").read_text()))
     cancel = threading.Event()
-    threading.Timer(0.3, cancel.set).start()
-    with pytest.raises(AttachmentError, match="cancelled, stopped"):
-        attachments.run_command("sleep 30 & sleep 30; wait", tmp_path, cancel=cancel)
-    assert time.monotonic() - began < 5
+    threading.Timer(0.5, cancel.set).start()
+    cancelled = attachments.run_command("echo a; sleep 100 & echo $! > child.pid; sleep 100; wait", tmp_path,
+                                        cancel=cancel)
+    assert cancelled.content.startswith("a\n[stopped by the user after 0.") and cancelled.exit_code is None
+    assert process_gone(int((tmp_path / "child.pid").read_text()))
+    # a shell that is done does not wait for what it left running in the background, nor leave it behind
+    finished = attachments.run_command("sleep 100 & echo $! > child.pid; echo done", tmp_path)
+    assert (finished.content, finished.exit_code) == ("done\n", 0)
+    assert process_gone(int((tmp_path / "child.pid").read_text()))
+    assert time.monotonic() - began < 10
+
+
+def test_command_output_is_cut_as_it_streams_keeping_its_end(tmp_path):
+    tracemalloc.start()
+    try:
+        ran = attachments.run_command("seq 1 3000000", tmp_path)  # about 21 MB
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    whole = "".join(f"{n}\n" for n in range(1, 3000001))
+    kept = whole[-attachments.MAX_OUTPUT_BYTES:]
+    assert ran.content == f"[… the first {len(whole) - len(kept)} bytes cut …]\n" + kept
+    assert ran.exit_code == 0 and peak < 2 * 1024 * 1024  # never the whole output in memory
 
 
 def generate(*args, cwd=None):

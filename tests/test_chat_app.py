@@ -362,12 +362,12 @@ def recorded(app):
 
 
 def prompts_sent(monkeypatch):
-    """The messages each answer was generated from, as the Answerer got them."""
+    """The messages each answer was generated from, as the Answerer got them (before fitting the context)."""
     sent = []
     start = Answerer.start
 
     def recording(answerer, view, prompt, settings):
-        sent.append(prompt)
+        sent.append(prompt.messages())
         start(answerer, view, prompt, settings)
 
     monkeypatch.setattr(Answerer, "start", recording)
@@ -498,13 +498,17 @@ async def test_a_command_that_never_ends_is_stopped_by_esc_or_its_timeout(demo_s
         await pilot.press("escape")
         await settle(pilot)
         assert time.monotonic() - began < 10 and not screen.runner.running
-        assert ("error", "`sleep 30`: cancelled, stopped") in notes
-        screen.runner.timeout = 0.5
+        assert notes[-1][0] == "warning" and notes[-1][1].startswith("sleep 30: stopped by the user after ")
+        bar = screen.query_one(AttachmentBar)
+        assert [(a.name, a.exit_code) for a in bar.pending] == [("sleep 30", None)]  # what it printed goes along
+        screen.settings.command_timeout = 0.5
         await enter(pilot, "!sleep 30")
         await confirm(pilot)
         await settle(pilot)
-        assert ("error", "`sleep 30`: still running after 0.5 s, stopped") in notes
-        assert screen.query_one(AttachmentBar).pending == []
+        assert ("warning", "sleep 30: timed out: still running after 0.5 s, stopped; its output so far is attached "
+                           "(/drop takes it out).") in notes
+        assert bar.pending[0].content == "[timed out: still running after 0.5 s, stopped]\n"
+        assert "$ sleep 30 (stopped)" in str(bar.render())
         await ask(pilot)  # the chat goes on
         assert screen.query_one(AnswerView).text
 

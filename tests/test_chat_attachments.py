@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from assistant.attachments import read_file, system_note, with_attachments
+from assistant.attachments import Attachment, read_file, system_note, with_attachments
 from assistant.chat import attached, backend, writing
 from assistant.chat.store import Store
 
@@ -90,3 +90,56 @@ def test_what_cannot_be_written_is_named(tmp_path, name, make, reason):
     with pytest.raises(writing.WriteError) as refused:
         writing.plan(name, "text", tmp_path)
     assert str(refused.value).startswith(reason)
+
+
+def test_writing_through_a_symbolic_link_keeps_the_link_and_writes_its_target(tmp_path, monkeypatch):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "app.py"
+    target.write_text("x = 1\n")
+    os.chmod(target, 0o640)
+    (tmp_path / "app.py").symlink_to("real/app.py")
+    planned = writing.plan("app.py", "x = 2\n", tmp_path)
+    assert planned.path == target and planned.link == tmp_path / "app.py"
+    assert planned.diff == "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"  # the target's text
+    steps = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda handle: steps.append("fsync") or fsync(handle))
+    monkeypatch.setattr(os, "replace", lambda *paths: steps.append(("replace", paths[1])) or replace(*paths))
+    writing.write(planned)
+    assert steps[:2] == ["fsync", ("replace", target)]  # on disk before the name points at it
+    assert (tmp_path / "app.py").is_symlink() and os.readlink(tmp_path / "app.py") == "real/app.py"
+    assert target.read_text() == "x = 2\n" and target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["app.py"]  # the temporary name was beside it
+    (tmp_path / "new.py").symlink_to("real/new.py")  # a link to nothing yet: its target is created
+    created = writing.plan("new.py", "y = 1\n", tmp_path)
+    assert created.old is None and created.path == tmp_path / "real" / "new.py"
+    writing.write(created)
+    assert (tmp_path / "new.py").is_symlink() and (tmp_path / "real" / "new.py").read_text() == "y = 1\n"
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(writing.WriteError, match="^pipe: not a regular file, not replacing it$"):
+        writing.plan("pipe", "z", tmp_path)  # refused without opening it, which would wait for a writer
+
+
+def test_turns_left_out_to_fit_the_context_take_their_files_out_of_the_system_note(tmp_path):
+    for name in ("old.py", "kept.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    store = Store()
+    conversation = store.new_conversation()
+    output = Attachment("command", "make test", "1 failed\n", exit_code=1)
+    store.add_message(conversation.id, "user", "Look", directory=str(tmp_path),
+                      attachments=[read_file("old.py", tmp_path), read_file("kept.py", tmp_path), output])
+    store.add_message(conversation.id, "assistant", "Seen.")
+    store.add_message(conversation.id, "user", "Again", directory=str(tmp_path),
+                      attachments=[read_file("kept.py", tmp_path)])
+    prompt = backend.chat_prompt("Be brief.", store.messages(conversation.id), store.attachments(conversation.id),
+                                 tmp_path)
+    whole = prompt.messages()
+    assert whole == backend.prompt_messages("Be brief.", store.messages(conversation.id),
+                                            store.attachments(conversation.id), tmp_path)
+    assert "old.py, kept.py." in whole[0]["content"] and "left out" not in whole[0]["content"]
+    fitted = prompt.messages(left_out=2)
+    assert [m["content"] for m in fitted[1:]] == [whole[-1]["content"]]
+    assert fitted[0]["content"] == (
+        f"Be brief.\n\nThe user works in {tmp_path} and attached these files (paths relative to it): kept.py. "
+        "Their contents are in the user's message. Older turns were left out to fit the context, and with them "
+        "the file old.py; the output of `make test`: their contents are no longer in the conversation.")

@@ -37,13 +37,33 @@ def by_message(attached: Iterable[StoredAttachment], cwd: str | Path) -> dict[in
     return seen
 
 
-def note(attached: Iterable[StoredAttachment], cwd: str | Path) -> str:
-    """The system prompt's sentence naming the files attached in the conversation (each once)."""
+def note(attached: Iterable[StoredAttachment], cwd: str | Path, left_out: Iterable[StoredAttachment] = ()) -> str:
+    """The system prompt's sentence naming the files attached in the conversation (each once), and one naming
+    what went with the turns ``left_out`` to fit the context: the model must not think those are still there."""
+    present = _files(attached, cwd)
+    gone = [attachment for where, attachment in _files(left_out, cwd).items() if where not in present]
+    commands = [name for name in _commands(left_out) if name not in _commands(attached)]
+    sentences = [system_note(list(present.values()), cwd)]
+    if gone or commands:
+        named = [("the file " if len(gone) == 1 else "the files ") + ", ".join(a.name for a in gone)] if gone else []
+        named += [f"the output of `{name}`" for name in commands]
+        sentences.append("Older turns were left out to fit the context, and with them " + "; ".join(named)
+                         + ": their contents are no longer in the conversation.")
+    return " ".join(sentence for sentence in sentences if sentence)
+
+
+def _commands(attached: Iterable[StoredAttachment]) -> list[str]:
+    """The commands whose output is attached and not dropped, each once."""
+    return list(dict.fromkeys(s.attachment.name for s in attached if s.attachment.kind == "command" and not s.dropped))
+
+
+def _files(attached: Iterable[StoredAttachment], cwd: str | Path) -> dict[Path, Attachment]:
+    """The file attachments not dropped, one for each place on disk, named as seen from ``cwd``."""
     files = {}
     for stored in attached:
         if stored.attachment.kind == "file" and not stored.dropped:
             files.setdefault(location(stored.directory, stored.attachment.name), seen_from(stored, cwd))
-    return system_note(list(files.values()), cwd)
+    return files
 
 
 def changed_files(attached: Iterable[StoredAttachment], cwd: str | Path,

@@ -5,6 +5,7 @@ Kept this small so the UI can run it in a worker thread and every failure arrive
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -35,45 +36,76 @@ def load_pipeline(model_set: ModelSet, settings: ChatSettings):
         raise AssistantError(f"cannot load model set {model_set.name!r}: {error}") from error
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """What the model is asked, before it is fitted to the context: the system prompt, the user and assistant
+    turns as the model reads them, and the attachments each turn carries. Kept together so that a turn left
+    out to fit the context takes its files out of the system note too, which then names them as left out."""
+
+    system_prompt: str
+    turns: list[dict]
+    attached: list[list[StoredAttachment]]  # each turn's attachments, as stored
+    cwd: Path
+
+    def messages(self, left_out: int = 0) -> list[dict]:
+        """The messages without the first ``left_out`` turns, the system note saying what went with them."""
+        kept = [stored for group in self.attached[left_out:] for stored in group]
+        gone = [stored for group in self.attached[:left_out] for stored in group]
+        system = "\n\n".join(part for part in (self.system_prompt if self.system_prompt.strip() else "",
+                                                 attached_files.note(kept, self.cwd, left_out=gone)) if part)
+        return ([{"role": "system", "content": system}] if system else []) + self.turns[left_out:]
+
+
+def chat_prompt(system_prompt: str, history: list[Message], attached: Sequence[StoredAttachment] = (),
+                cwd: str | Path | None = None) -> ChatPrompt:
+    """The system prompt (naming the attached files), then user and assistant turns, each user turn with its
+    attachments' blocks before its text (errors are for people only). ``cwd`` is the chat's working directory
+    (default: the current one), which the files' names are relative to."""
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    blocks = attached_files.by_message(attached, cwd)
+    turns = [m for m in history if m.role in ("user", "assistant")]
+    stored = {}
+    for item in attached:
+        stored.setdefault(item.message_id, []).append(item)
+    return ChatPrompt(system_prompt,
+                      [{"role": m.role, "content": with_attachments(m.content, blocks.get(m.id, []))} for m in turns],
+                      [stored.get(m.id, []) for m in turns], cwd)
+
+
 def prompt_messages(system_prompt: str, history: list[Message], attached: Sequence[StoredAttachment] = (),
                     cwd: str | Path | None = None) -> list[dict]:
-    """What the model sees: the system prompt (naming the attached files), then user and assistant turns,
-    each user turn with its attachments' blocks before its text (errors are for people only). ``cwd`` is the
-    chat's working directory (default: the current one), which the files' names are relative to."""
-    cwd = Path.cwd() if cwd is None else cwd
-    system = "\n\n".join(part for part in (system_prompt if system_prompt.strip() else "",
-                                             attached_files.note(attached, cwd)) if part)
-    messages = [{"role": "system", "content": system}] if system else []
-    blocks = attached_files.by_message(attached, cwd)
-    messages += [{"role": m.role, "content": with_attachments(m.content, blocks.get(m.id, []))}
-                 for m in history if m.role in ("user", "assistant")]
-    return messages
+    """What the model sees of the whole conversation (see ``chat_prompt``), before fitting the context."""
+    return chat_prompt(system_prompt, history, attached, cwd).messages()
 
 
 TURN_OVERHEAD = 8  # tokens a chat template adds around each message, a generous estimate
 
 
-def fit_context(pipeline, messages: list[dict], max_tokens: int) -> list[dict]:
-    """Drop the oldest turns (never the system prompt or the last message) until the prompt and the answer fit.
+def fit_context(pipeline, prompt: ChatPrompt, max_tokens: int) -> list[dict]:
+    """Leave out the oldest turns (never the system prompt or the last message) until the prompt and the answer
+    fit; the system note then names the files and command output that went with them.
 
     A single message too long for the context still goes through, so the pipeline's own error names it."""
     budget = pipeline.n_ctx - max_tokens
-    system = [m for m in messages[:1] if m["role"] == "system"]
-    turns = messages[len(system):]
-    sizes = [len(pipeline.tokenize(m["content"])) + TURN_OVERHEAD for m in system + turns]
-    total = sum(sizes)
-    dropped = 0
-    while total > budget and dropped < len(turns) - 1:
-        total -= sizes[len(system) + dropped]
-        dropped += 1
-    return system + turns[dropped:]
+
+    def size(message: dict) -> int:
+        return len(pipeline.tokenize(message["content"])) + TURN_OVERHEAD
+
+    sizes = [size(turn) for turn in prompt.turns]
+    left_out = 0
+    while True:
+        messages = prompt.messages(left_out)
+        system = messages[:len(messages) - len(prompt.turns) + left_out]
+        if sum(map(size, system)) + sum(sizes[left_out:]) <= budget or left_out >= len(prompt.turns) - 1:
+            return messages
+        left_out += 1
 
 
 def generate(
     pipeline,
     store: Store,
     answer_id: int,
-    messages: list[dict],
+    prompt: ChatPrompt,
     settings: ChatSettings,
     cancel: threading.Event,
     show: Show,
@@ -87,7 +119,7 @@ def generate(
     stats = None
     try:
         sampling = Sampling(temperature=settings.temperature)
-        messages = fit_context(pipeline, messages, settings.max_tokens)
+        messages = fit_context(pipeline, prompt, settings.max_tokens)
         for event in pipeline.chat(messages, sampling=sampling, max_tokens=settings.max_tokens, cancel=cancel):
             if isinstance(event, Stats):
                 stats = stats_dict(event)

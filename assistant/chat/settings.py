@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from assistant import home
+from assistant.attachments import COMMAND_TIMEOUT
 from assistant.errors import AssistantError
 
 SECTION = "chat"
@@ -25,6 +26,7 @@ class ChatSettings:
     levels: int | None = None  # how many levels of the set to use; None: all of them
     speculation_view: bool = False
     n_ctx: int = 4096
+    command_timeout: float = COMMAND_TIMEOUT  # seconds a `!` or `/run` command may run before it is stopped
     keymap: dict[str, str] = field(default_factory=dict)  # binding id -> keys, e.g. {"new_chat": "ctrl+t"}
 
     def level_count(self, available: int) -> int:

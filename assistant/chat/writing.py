@@ -1,8 +1,9 @@
 """Writing an answer's code block to a file: the diff the user reviews first, then an atomic replace.
 
 The chat writes only after the user confirmed what ``plan`` showed. The text goes to a temporary name beside
-the file and is renamed over it, so an interrupted write never leaves half a file, and a file that changed
-after the diff was shown is not overwritten."""
+the file, is flushed to disk and renamed over it, so an interrupted write or a crash never leaves half a file,
+and a file that changed after the diff was shown is not overwritten. A symbolic link is written through, as
+editors do: its target gets the text and the link stays a link."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ class WriteError(AssistantError):
 @dataclass(frozen=True)
 class PlannedWrite:
     name: str  # as the user typed it
-    path: Path
+    path: Path  # the file written: where a symbolic link named ``name`` leads
     text: str
     old: str | None  # the file's text now; None for a new file
+    link: Path | None = None  # the symbolic link written through, when ``name`` is one
 
     @property
     def diff(self) -> str:
@@ -55,15 +57,20 @@ def _current(path: Path, name: str) -> str | None:
 def plan(name: str, text: str, cwd: str | Path) -> PlannedWrite:
     """What writing ``text`` to ``name`` (relative to ``cwd``) would change, or a WriteError saying why not."""
     path = Path(cwd) / os.path.expanduser(name)
+    link = path if path.is_symlink() else None
+    if link is not None:
+        path = Path(os.path.realpath(path))  # a dangling link's target is created, as editors do
     if path.is_dir():
         raise WriteError(f"{name}: is a directory; give a file name")
     if not path.parent.is_dir():
         raise WriteError(f"{name}: no such directory {path.parent}")
-    return PlannedWrite(name, path, text, _current(path, name))
+    if path.exists() and not path.is_file():
+        raise WriteError(f"{name}: not a regular file, not replacing it")
+    return PlannedWrite(name, path, text, _current(path, name), link)
 
 
 def write(planned: PlannedWrite) -> None:
-    """Replace the file with the planned text atomically, keeping its permissions."""
+    """Replace the file with the planned text atomically and durably, keeping its permissions."""
     if _current(planned.path, planned.name) != planned.old:
         raise WriteError(f"{planned.name}: changed since the diff was shown; not written, save it again")
     mode = planned.path.stat().st_mode & 0o7777 if planned.old is not None else None
@@ -73,11 +80,28 @@ def write(planned: PlannedWrite) -> None:
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as file:
                 file.write(planned.text)
-            if mode is not None:
-                os.chmod(temporary, mode)
+                file.flush()
+                if mode is not None:
+                    os.fchmod(file.fileno(), mode)
+                os.fsync(file.fileno())  # the text is on disk before the name points at it
             os.replace(temporary, planned.path)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
+        _sync_directory(planned.path.parent)
     except OSError as error:
         raise WriteError(f"{planned.name}: cannot write ({error.strerror})") from None
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename itself durable; a file system that cannot sync a directory is left as it is."""
+    try:
+        handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)

@@ -3,17 +3,21 @@ next message carries.
 
 Functions of the chat screen (its store, working directory, attachment bar, command runner), kept out of it.
 A path or command that cannot be attached is a notification naming it and saying why; a refused command
-goes back into the input, so nothing typed is lost."""
+goes back into the input, so nothing typed is lost. Files are read in a worker thread: a slow disk or network
+mount never freezes the window."""
 
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import re
 import shlex
+from typing import Callable, TypeVar
 
 from assistant.attachments import Attachment, AttachmentError, expand, mentions, read_file
 from assistant.chat import attached, backend
-from assistant.ui import saving
+from assistant.chat.settings import save as save_settings
+from assistant.ui import saving, setting_changes
 from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar, attachment_line
 from assistant.ui.widgets.command_runner import CommandRunner
@@ -21,11 +25,12 @@ from assistant.ui.widgets.messages import MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
 from assistant.ui.widgets.status_line import short_path
 
-USAGE = "/add PATH|GLOB, /run CMD or !CMD, /drop [PATH], /save N PATH"
+USAGE = "/add PATH|GLOB, /run CMD or !CMD, /drop [PATH], /save N PATH, /timeout [SECONDS]"
 CHARS_PER_TOKEN = 3  # the estimate before the tokenizer has loaded: code runs 3-4 characters a token
+Result = TypeVar("Result")
 
 
-def command(screen, text: str) -> bool:
+async def command(screen, text: str) -> bool:
     """Carry out ``text`` when it is a chat command (True); False leaves it to be sent as a message.
     `/etc/hosts is…` is a message: a command is a slash, a word, then a space or the end."""
     line = text.strip()
@@ -36,9 +41,11 @@ def command(screen, text: str) -> bool:
         if match is None:
             return False
         name, argument = match.group(1), (match.group(2) or "").strip()
-        handlers = {"add": add, "run": run, "drop": drop, "save": saving.save_block}
+        handlers = {"add": add, "run": run, "drop": drop, "save": saving.save_block, "timeout": timeout}
         if name in handlers:
             done = handlers[name](screen, argument)
+            if inspect.isawaitable(done):
+                done = await done
         else:
             screen.notify(f"/{name}: no such command (there are {USAGE})", severity="warning")
             done = False
@@ -54,6 +61,11 @@ def restore(screen, text: str) -> None:
     prompt.move_cursor(prompt.document.end)
 
 
+async def off_thread(screen, work: Callable[[], Result]) -> Result:
+    """``work()`` run in a worker thread while the window stays responsive; what it returns."""
+    return await screen.run_worker(work, thread=True, group="attach", exit_on_error=False).wait()
+
+
 def refuse(screen, errors: list[str], title: str = "Not attached") -> None:
     screen.notify("\n".join(errors), title=title, severity="error", timeout=10)
 
@@ -64,7 +76,7 @@ def pend(screen, attachment: Attachment) -> None:
     bar.pending = [a for a in bar.pending if (a.kind, a.name) != (attachment.kind, attachment.name)] + [attachment]
 
 
-def add(screen, argument: str) -> bool:
+async def add(screen, argument: str) -> bool:
     """`/add PATH|GLOB ...`: read the files now; a glob's unreadable files are named and left out."""
     try:
         patterns = shlex.split(argument)
@@ -74,18 +86,7 @@ def add(screen, argument: str) -> bool:
     if not patterns:
         screen.notify("Usage: /add PATH or /add GLOB, e.g. /add src/*.py", severity="warning")
         return False
-    added, errors = [], []
-    for pattern in patterns:
-        try:
-            names = expand(pattern, screen.cwd)
-        except AttachmentError as error:
-            errors.append(str(error))
-            continue
-        for name in names:
-            try:
-                added.append(read_file(name, screen.cwd))
-            except AttachmentError as error:
-                errors.append(str(error))
+    added, errors = await off_thread(screen, lambda: read_all(patterns, screen.cwd))
     for attachment in added:
         pend(screen, attachment)
     update_bar(screen)
@@ -94,6 +95,23 @@ def add(screen, argument: str) -> bool:
     if added:
         screen.notify("Attached " + ", ".join(a.name for a in added), timeout=3)
     return bool(added)
+
+
+def read_all(patterns: list[str], cwd) -> tuple[list[Attachment], list[str]]:
+    """The files the paths and globs name, and why each one that cannot be attached is refused."""
+    added, errors = [], []
+    for pattern in patterns:
+        try:
+            names = expand(pattern, cwd)
+        except AttachmentError as error:
+            errors.append(str(error))
+            continue
+        for name in names:
+            try:
+                added.append(read_file(name, cwd))
+            except AttachmentError as error:
+                errors.append(str(error))
+    return added, errors
 
 
 def run(screen, command_line: str) -> bool:
@@ -110,12 +128,13 @@ def run(screen, command_line: str) -> bool:
         if not yes:
             screen.notify("Not run.", timeout=3)
             return
-        runner.start(command_line, screen.cwd)
+        runner.start(command_line, screen.cwd, screen.settings.command_timeout)
         screen.notify(f"Running {command_line} (Esc stops it)…", timeout=3)
 
     screen.app.push_screen(ConfirmScreen(
         f"Run this command in {short_path(screen.cwd, 60)}?\n\n  {command_line}\n\n"
-        "Its output and exit code go with your next message. Esc stops it while it runs.", action="Run"), answered)
+        "Its output and exit code go with your next message. Esc stops it while it runs, and it is stopped "
+        f"after {screen.settings.command_timeout:g} s (/timeout changes that).", action="Run"), answered)
     return True
 
 
@@ -126,9 +145,30 @@ def ran(screen, message: CommandRunner.Ran) -> None:
     attachment = message.attachment
     pend(screen, attachment)
     update_bar(screen)
+    if attachment.stopped:
+        screen.notify(f"{attachment.name}: {attachment.stopped}; its output so far is attached (/drop takes it "
+                      "out).", severity="warning", timeout=8)
+        return
     failed = attachment.exit_code != 0
     screen.notify(f"{attachment.name} exited with code {attachment.exit_code}; its output is attached.",
                   severity="warning" if failed else "information", timeout=5)
+
+
+def timeout(screen, argument: str) -> bool:
+    """`/timeout SECONDS`: how long a command may run before it is stopped, saved with the settings;
+    `/timeout` alone says what it is."""
+    if not argument:
+        screen.notify(f"Commands are stopped after {screen.settings.command_timeout:g} s; /timeout SECONDS "
+                      "changes it.", timeout=5)
+        return True
+    try:
+        setting_changes.set_command_timeout(screen, argument)
+    except ValueError as error:
+        screen.notify(f"/timeout: {error}", severity="error")
+        return False
+    save_settings(screen.settings)
+    screen.notify(f"Commands are now stopped after {screen.settings.command_timeout:g} s.", timeout=4)
+    return True
 
 
 def drop(screen, argument: str) -> bool:
@@ -157,24 +197,30 @@ def drop(screen, argument: str) -> bool:
     return True
 
 
-def for_message(screen, text: str) -> list[Attachment] | None:
+async def for_message(screen, text: str) -> list[Attachment] | None:
     """What a message carries: the pending attachments, the files it names with `@`, and the files of
     earlier turns re-read because they changed. None (with the reasons shown) when an `@` path is refused."""
-    mentioned, errors = [], []
-    for name in mentions(text, screen.cwd):
-        try:
-            mentioned.append(read_file(name, screen.cwd))
-        except AttachmentError as error:
-            errors.append(str(error))
+    cwd, pending = screen.cwd, list(screen.query_one(AttachmentBar).pending)
+    earlier = screen.store.attachments(screen.conversation.id) if screen.conversation is not None else []
+
+    def read() -> tuple[list[Attachment], list[str], list[Attachment], list[str]]:
+        mentioned, errors = [], []
+        for name in mentions(text, cwd):
+            try:
+                mentioned.append(read_file(name, cwd))
+            except AttachmentError as error:
+                errors.append(str(error))
+        names = {("file", a.name) for a in mentioned}
+        files = [a for a in pending if (a.kind, a.name) not in names] + mentioned
+        if errors or not earlier:
+            return files, errors, [], []
+        now = [attached.location(cwd, a.name) for a in files if a.kind == "file"]
+        return files, errors, *attached.changed_files(earlier, cwd, now)
+
+    files, errors, changed, unreadable = await off_thread(screen, read)
     if errors:
         refuse(screen, errors, title="Not sent")
         return None
-    names = {("file", a.name) for a in mentioned}
-    files = [a for a in screen.query_one(AttachmentBar).pending if (a.kind, a.name) not in names] + mentioned
-    if screen.conversation is None:
-        return files
-    now = [attached.location(screen.cwd, a.name) for a in files if a.kind == "file"]
-    changed, unreadable = attached.changed_files(screen.store.attachments(screen.conversation.id), screen.cwd, now)
     for attachment in changed:
         screen.notify(f"{attachment.name} changed since it was attached: re-read.", timeout=4)
     if unreadable:

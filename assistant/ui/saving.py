@@ -1,7 +1,8 @@
 """`/save N PATH`: write code block N of the last answer to a file, once the user has read the diff.
 
 Nothing is written without that confirmation, a new file included; ``assistant.chat.writing`` makes the
-diff and writes atomically. A refusal (no such block, a directory, a file that is not text) is a notification."""
+diff and writes atomically. A symbolic link is written through to its target, which the question names.
+A refusal (no such block, a directory, a file that is not text) is a notification."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from assistant.chat import writing
 from assistant.chat.codeblocks import code_blocks
 from assistant.ui.screens.ask import DiffScreen
 from assistant.ui.widgets.messages import last_answer
+from assistant.ui.widgets.status_line import short_path
 
 USAGE = "Usage: /save N PATH, e.g. /save 1 src/app.py (N counts the last answer's code blocks from 1)"
 
@@ -50,10 +52,12 @@ def save_block(screen, argument: str) -> bool:
         except writing.WriteError as error:
             screen.notify(str(error), title="Not saved", severity="error", timeout=10)
             return
-        screen.notify(f"Wrote code block {number} to {name}.")
+        screen.notify(f"Wrote code block {number} to {name}" + (f" (to {target})." if planned.link else "."))
 
     lines = len(planned.text.splitlines())
-    question = (f"Create {name} with code block {number} ({lines} lines)?" if planned.old is None else
-                f"Write code block {number} over {name}? The change:")
+    target = short_path(planned.path, 80)
+    where = f"{name} (a link: its target {target})" if planned.link else name
+    question = (f"Create {where} with code block {number} ({lines} lines)?" if planned.old is None else
+                f"Write code block {number} over {where}? The change:")
     screen.app.push_screen(DiffScreen(question, planned.diff, "Create" if planned.old is None else "Write"), answered)
     return True

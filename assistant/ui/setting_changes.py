@@ -45,6 +45,16 @@ def set_max_tokens(screen, text: str) -> None:
     screen.settings.max_tokens = value
 
 
+def set_command_timeout(screen, text: str) -> None:
+    try:
+        value = float(text.removesuffix("s").strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 24 * 3600:
+        raise ValueError("the command timeout is a number of seconds, more than 0 and at most a day (86400)")
+    screen.settings.command_timeout = value
+
+
 def reload_with(screen, **changes) -> None:
     """Change the settings that decide what is loaded, save them and load again (not while answering)."""
     if screen.busy():

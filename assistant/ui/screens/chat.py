@@ -37,12 +37,13 @@ STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens l
               "context": "stopped: the context is full"}
 
 
-def banner_text(model_set: modelsets.ModelSet | None) -> str:
-    """The keys, and what the models are where the set says (the demo set: a small model, of Q4_1 quality)."""
+def banner_text(model_set_name: str | None) -> str:
     text = ("Ask for code. Enter sends, Shift+Enter or Ctrl+J adds a line, Esc stops an answer, "
             "Ctrl+P opens the commands, F1 shows help. @path attaches a file; F1 lists /add, /run, /drop, /save.")
-    if model_set is not None and model_set.description:
-        text += f"\n\nModel set {model_set.name!r}: {model_set.description}"
+    if model_set_name == "demo":
+        from assistant.demo import NOTICE
+
+        text += "\n\n" + NOTICE
     return text
 
 
@@ -123,7 +124,7 @@ class ChatScreen(Screen):
         status.state = f"loading {count} level{'s' if count > 1 else ''}…"
         status.speed = status.context = ""
         status.loading = True
-        self.query_one("#banner", Static).update(banner_text(self.model_set))
+        self.query_one("#banner", Static).update(banner_text(self.model_set.name))
         self.loader.load(self.model_set, dataclasses.replace(self.settings))
 
     @on(ModelLoader.Loaded)
@@ -195,7 +196,7 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> None:
-        if attaching.command(self, text):
+        if await attaching.command(self, text):
             return
         if self.answerer.generating or self.runner.running:
             attaching.restore(self, text)
@@ -203,7 +204,7 @@ class ChatScreen(Screen):
                         "A command is running: send once it ends, so that its output goes with your message "
                         "(Esc stops it).")
             return
-        attachments = attaching.for_message(self, text)
+        attachments = await attaching.for_message(self, text)
         if attachments is None:
             attaching.restore(self, text)
             return
@@ -227,8 +228,8 @@ class ChatScreen(Screen):
         await messages.mount(view)
         messages.anchor()
         self.query_one(StatusLine).state = "answering…" if self.loader.ready.is_set() else "waiting for the model…"
-        prompt = backend.prompt_messages(conversation.system_prompt, history, self.store.attachments(conversation.id),
-                                         self.cwd)
+        prompt = backend.chat_prompt(conversation.system_prompt, history, self.store.attachments(conversation.id),
+                                     self.cwd)
         self.answerer.start(view, prompt, dataclasses.replace(self.settings))
 
     @on(Answerer.Finished)

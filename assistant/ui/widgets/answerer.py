@@ -40,7 +40,7 @@ class Answerer(Widget):
         self.cancel = threading.Event()
         self.closing = False  # set on unmount: the worker then closes the pipeline instead of reporting
 
-    def start(self, view: AnswerView, prompt: list[dict], settings) -> None:
+    def start(self, view: AnswerView, prompt: backend.ChatPrompt, settings) -> None:
         """Answer ``prompt`` into ``view`` (its message is already saved), once the model has loaded."""
         self.cancel = threading.Event()
         self.generating = True
@@ -58,7 +58,7 @@ class Answerer(Widget):
             self.app.call_from_thread(view.add_pieces, pieces)
 
     @work(thread=True, group="generate")
-    def _generate(self, view: AnswerView, prompt: list[dict], settings, cancel: threading.Event) -> None:
+    def _generate(self, view: AnswerView, prompt: backend.ChatPrompt, settings, cancel: threading.Event) -> None:
         loader = self.loader
         while not loader.ready.wait(0.1):
             if cancel.is_set():

@@ -16,9 +16,10 @@ MAX_ROWS = 5  # beyond this the bar says how many more, so the input keeps its p
 
 
 def describe(attachment: Attachment, dropped: bool = False) -> str:
-    """"app.py (12 lines)", "app.py (12 lines, changed: re-read)", "$ pytest -x (exit 1)"."""
+    """"app.py (12 lines)", "app.py (12 lines, changed: re-read)", "$ pytest -x (exit 1)", "$ yes (stopped)"."""
     if attachment.kind == "command":
-        text = f"$ {attachment.name} (exit {attachment.exit_code})"
+        ended = "stopped" if attachment.exit_code is None else f"exit {attachment.exit_code}"
+        text = f"$ {attachment.name} ({ended})"
     else:
         lines = len(attachment.content.splitlines())
         changed = ", changed: re-read" if attachment.changed else ""

@@ -1,7 +1,7 @@
 """Runs one confirmed shell command (`/run`, `!`) in a worker thread and posts ``Ran``.
 
-The window stays usable while it runs; Esc cancels it and it is stopped at ``timeout`` seconds, and every
-failure arrives as ``Ran.error``, never as a crash."""
+The window stays usable while it runs; Esc stops it, and so does the chat's command timeout, each keeping
+the output so far. Every failure arrives as ``Ran.error``, never as a crash."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from textual import on, work
 from textual.message import Message
 from textual.widget import Widget
 
-from assistant.attachments import COMMAND_TIMEOUT, Attachment, AttachmentError, run_command
+from assistant.attachments import Attachment, AttachmentError, run_command
 
 
 class CommandRunner(Widget):
     """Never shown."""
 
     class Ran(Message):
-        """The command's output and exit code, or why it has none (timed out, cancelled, cannot start)."""
+        """The command's output and exit code (None when it was stopped), or why it has none (cannot start)."""
 
         def __init__(self, command: str, attachment: Attachment | None, error: str | None):
             super().__init__()
@@ -27,17 +27,17 @@ class CommandRunner(Widget):
             self.attachment = attachment
             self.error = error
 
-    def __init__(self, timeout: float = COMMAND_TIMEOUT):
+    def __init__(self):
         super().__init__()
         self.display = False
-        self.timeout = timeout
         self.running = False
         self.cancel = threading.Event()
 
-    def start(self, command: str, cwd: str | Path) -> None:
+    def start(self, command: str, cwd: str | Path, timeout: float) -> None:
+        """Run ``command`` in ``cwd``, stopping it after ``timeout`` seconds."""
         self.cancel = threading.Event()
         self.running = True
-        self._run(command, cwd, self.timeout, self.cancel)
+        self._run(command, cwd, timeout, self.cancel)
 
     def stop(self) -> bool:
         """Cancel the running command; False when none runs."""
