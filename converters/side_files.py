@@ -119,7 +119,7 @@ ROPE_SCALING = fields(rope_type=optional(STRING), type=optional(STRING), factor=
                       low_freq_factor=optional(NUMBER), high_freq_factor=optional(NUMBER),
                       original_max_position_embeddings=optional(NUMBER), rope_theta=optional(NUMBER),
                       partial_rotary_factor=optional(NUMBER), long_factor=optional(list_of(NUMBER)),
-                      short_factor=optional(list_of(NUMBER)))
+                      short_factor=optional(list_of(NUMBER)), attention_factor=optional(NUMBER))
 
 CONFIG = {
     "architectures": list_of(STRING),
@@ -142,6 +142,7 @@ CONFIG = {
     **dict.fromkeys(("bos_token_id", "pad_token_id"), optional(TOKEN_ID)),
     "eos_token_id": optional(either(TOKEN_ID, list_of(TOKEN_ID))),
 }
+CONFIG["text_config"] = optional(fields(**CONFIG))  # the language model's keys in a multimodal config (Gemma 3)
 TOKENIZER = {
     "model": fields(type=optional(STRING), vocab=object_of(TOKEN_ID), merges=list_of(either(STRING, PAIR_OF_STRINGS)),
                     byte_fallback=optional(BOOL), unk_token=optional(STRING)),
@@ -173,9 +174,10 @@ def read_json(path: Path) -> dict:
 def read_config(path: Path) -> dict:
     config = read_json(path)
     _check(config, CONFIG, path)
-    if config.get("vocab_size", 0) > MAX_VOCAB:
-        raise AssistantError(f"{path}: vocab_size {config['vocab_size']} is not a real vocabulary's size "
-                             f"(at most {MAX_VOCAB})")
+    for scope in (config, config.get("text_config") or {}):
+        if scope.get("vocab_size", 0) > MAX_VOCAB:
+            raise AssistantError(f"{path}: vocab_size {scope['vocab_size']} is not a real vocabulary's size "
+                                 f"(at most {MAX_VOCAB})")
     return config
 
 

@@ -267,3 +267,15 @@ def test_speculative_answer_equals_the_targets_on_converted_models(tmp_path, cap
     assert chained["tokens"] == alone["tokens"] and len(alone["tokens"]) == 40
     draft = chained["stats"]["levels"][1]
     assert draft["proposed"] > draft["accepted"] > 0  # drafts were both taken and rolled back
+
+
+@pytest.mark.parametrize("text_config,message", [
+    ({"hidden_size": "big"}, '"text_config" field "hidden_size" must be an integer'),
+    ({"vocab_size": 1 << 30}, "vocab_size 1073741824 is not a real vocabulary's size"),
+])
+def test_malformed_multimodal_text_config_is_one_line(tmp_path, text_config, message):
+    checkpoint = tiny(tmp_path / "hf", "gemma3")
+    config = json.loads((checkpoint / "config.json").read_text())
+    rewrite_config(checkpoint, architectures=["Gemma3ForConditionalGeneration"], text_config={**config, **text_config})
+    with pytest.raises(AssistantError, match=message):
+        convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)
