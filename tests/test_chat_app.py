@@ -468,7 +468,7 @@ async def test_run_asks_first_and_attaches_output_and_exit_code(demo_set, projec
     async with chat_in(project) as (pilot, screen, notes):
         bar = screen.query_one(AttachmentBar)
         await enter(pilot, "!touch ran.txt")
-        assert isinstance(pilot.app.screen, ConfirmScreen) and "touch ran.txt" in pilot.app.screen.question
+        assert isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.command == "touch ran.txt"
         await confirm(pilot, yes=False)  # refused: nothing runs
         await settle(pilot)
         assert not (project / "ran.txt").exists() and bar.pending == []

@@ -9,6 +9,7 @@ from assistant import home
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
 from assistant.ui.commands import ChatCommands
+from assistant.ui.literal import visible
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
 
@@ -36,6 +37,12 @@ class ChatApp(App):
     def on_mount(self) -> None:
         self.set_keymap(self.settings.keymap)
         self.push_screen(ChatScreen(self.resume, self.cwd))
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Every notification is shown literally, whatever ``markup`` says (widgets pass True by default): they
+        name paths, commands, file and model text, and none of ours is written in markup."""
+        super().notify(visible(message), title=visible(title), severity=severity, timeout=timeout, markup=False)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

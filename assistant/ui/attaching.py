@@ -132,9 +132,9 @@ def run(screen, command_line: str) -> bool:
         screen.notify(f"Running {command_line} (Esc stops it)…", timeout=3)
 
     screen.app.push_screen(ConfirmScreen(
-        f"Run this command in {short_path(screen.cwd, 60)}?\n\n  {command_line}\n\n"
-        "Its output and exit code go with your next message. Esc stops it while it runs, and it is stopped "
-        f"after {screen.settings.command_timeout:g} s (/timeout changes that).", action="Run"), answered)
+        f"Run this command in {short_path(screen.cwd, 60)}?", action="Run", command=command_line,
+        note="Its output and exit code go with your next message. Esc stops it while it runs, and it is stopped "
+        f"after {screen.settings.command_timeout:g} s (/timeout changes that)."), answered)
     return True
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
+from textual.content import Content
 
 from assistant import modelsets
 from assistant.chat.codeblocks import code_blocks
 from assistant.ui import conversations
 from assistant.ui import setting_changes as changes
+from assistant.ui.literal import literal, visible
 from assistant.ui.widgets.messages import last_answer
 
 
@@ -79,7 +81,21 @@ def chat_commands(screen) -> list[tuple[str, str, Callable]]:
     return commands
 
 
+def highlighted(matcher: Matcher, title: str) -> Content:
+    """``title`` shown literally with the letters the query matched highlighted (``Matcher.highlight`` would
+    read it as markup: a model's code block or a model set's name is not ours)."""
+    shown = visible(title)
+    content = literal(title)
+    _, offsets = matcher.fuzzy_search.match(matcher.query, shown)
+    for offset in offsets:
+        if not shown[offset].isspace():
+            content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
+
+
 class ChatCommands(Provider):
+    """Titles and help are Content, shown as they are (the palette reads a string as markup)."""
+
     def _commands(self):
         from assistant.ui.screens.chat import ChatScreen
 
@@ -87,11 +103,11 @@ class ChatCommands(Provider):
 
     async def discover(self) -> Hits:
         for title, help_text, callback in self._commands():
-            yield DiscoveryHit(title, callback, help=help_text)
+            yield DiscoveryHit(literal(title), callback, text=title, help=literal(help_text))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for title, help_text, callback in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)
+                yield Hit(score, highlighted(matcher, title), callback, text=title, help=literal(help_text))

@@ -1,5 +1,7 @@
 """Small modal dialogs: ask for one line of text, confirm a destructive action, or confirm a change to a file
-after reading its diff."""
+after reading its diff.
+
+Their text names things that are not ours (a conversation's title, a path, a command): shown literally."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from rich.syntax import Syntax
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
+
+from assistant.ui.literal import exact, literal, visible
 
 
 class AskScreen(ModalScreen[str | None]):
@@ -25,7 +29,7 @@ class AskScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box"):
-            yield Label(self.question, classes="question")
+            yield Label(literal(self.question), classes="question")
             yield Input(self.value, placeholder=self.placeholder, id="answer")
             yield Label("Enter to confirm, Esc to cancel", classes="hint")
 
@@ -38,21 +42,33 @@ class AskScreen(ModalScreen[str | None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Returns True once confirmed: its button, or `y` wherever the focus is (in a diff being read, say)."""
+    """Returns True once confirmed: its button, or `y` wherever the focus is (in a diff being read, say).
+
+    The focus starts on Cancel: an Enter pressed once too often (the one that sent `!cmd`, say) cancels."""
 
     BINDINGS = [Binding("escape,n", "cancel", "Cancel", id="dialog.cancel"),
                 Binding("y", "confirm", "Confirm", id="dialog.confirm")]
+    AUTO_FOCUS = "#cancel"
 
-    def __init__(self, question: str, action: str = "Delete"):
+    def __init__(self, question: str, action: str = "Delete", command: str | None = None, note: str = ""):
+        """``command``: what will run, shown exactly (invisible characters named) in a box of its own; ``note``
+        follows it."""
         super().__init__(classes="dialog")
         self.question = question
         self.action = action
+        self.command = command
+        self.note = note
 
     box_classes = "dialog-box"
 
     def compose(self) -> ComposeResult:
         with Vertical(classes=self.box_classes):
-            yield Label(self.question, classes="question")
+            yield Label(literal(self.question), classes="question")
+            if self.command is not None:
+                with VerticalScroll(classes="command"):
+                    yield Static(exact(self.command))
+            if self.note:
+                yield Label(literal(self.note), classes="note")
             yield from self.details()
             with Horizontal(classes="buttons"):
                 yield Button(self.action, variant="error", id="confirm")
@@ -78,6 +94,7 @@ class DiffScreen(ConfirmScreen):
     """A ConfirmScreen showing a unified diff in a scrolling box between the question and the buttons."""
 
     box_classes = "dialog-box diff-box"
+    AUTO_FOCUS = ".diff"  # for reading it with the keys; Enter there does nothing, `y` writes
 
     def __init__(self, question: str, diff: str, action: str = "Write"):
         super().__init__(question, action)
@@ -85,4 +102,4 @@ class DiffScreen(ConfirmScreen):
 
     def details(self) -> ComposeResult:
         with VerticalScroll(classes="diff"):
-            yield Static(Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=True))
+            yield Static(Syntax(visible(self.diff), "diff", theme="ansi_dark", word_wrap=True))

@@ -79,7 +79,7 @@ class ChatScreen(Screen):
             yield ConversationList(id="sidebar")
             with Vertical(id="chat"):
                 with VerticalScroll(id="messages"):
-                    yield Static(id="banner")
+                    yield Static(id="banner", markup=False)  # names the model set: not ours
                 yield Static(id="legend")
                 yield AttachmentBar(id="attachment-bar")
                 yield PromptInput(cwd=str(self.cwd), id="prompt")

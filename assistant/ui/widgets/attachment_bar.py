@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from assistant.attachments import Attachment
+from assistant.ui.literal import visible
 
 MAX_ROWS = 5  # beyond this the bar says how many more, so the input keeps its place
 
@@ -56,7 +57,7 @@ class AttachmentBar(Static):
                         style="bold red")
         text.append(" · /drop removes", style="dim")
         for attachment, count in list(zip(self.pending, tokens))[:MAX_ROWS]:
-            text.append(f"\n  {describe(attachment)}  {about}{count:,} tokens")
+            text.append(f"\n  {visible(describe(attachment))}  {about}{count:,} tokens")
         if len(self.pending) > MAX_ROWS:
             text.append(f"\n  … and {len(self.pending) - MAX_ROWS} more")
         self.update(text)

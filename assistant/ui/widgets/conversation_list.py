@@ -1,6 +1,7 @@
 """The sidebar of saved conversations: a search box over a list, most recent first.
 
-It only reports what the user picked; the screen owns the store and decides what happens."""
+It only reports what the user picked; the screen owns the store and decides what happens. A title is the
+user's own text (their first message, or what they renamed it to): shown literally, never as markup."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from assistant.chat.store import Conversation
+from assistant.ui.literal import literal
 
 
 class ConversationList(Vertical):
@@ -47,7 +49,7 @@ class ConversationList(Vertical):
     def show(self, conversations: list[Conversation], current: int | None) -> None:
         options = self.query_one(OptionList)
         options.clear_options()
-        options.add_options(Option(c.title, id=str(c.id)) for c in conversations)
+        options.add_options(Option(literal(c.title), id=str(c.id)) for c in conversations)
         if current is not None and any(c.id == current for c in conversations):
             options.highlighted = options.get_option_index(str(current))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from assistant.ui.literal import visible
+
 # by level index: 0 = target (its corrections and bonus tokens), 1 = first draft, 2 = second draft
 COLOURS = ("#f2a65a", "#5fb3f0", "#7fd962", "#d58cf0")
 DESCRIPTIONS = {
@@ -25,7 +27,7 @@ def legend(roles: list[str], stats: dict | None = None) -> Text:
     for level in reversed(range(len(roles))):
         role = roles[level]
         text.append("■ ", style=colour(level))
-        text.append(DESCRIPTIONS.get(role, f"{role} (level {level})"))
+        text.append(DESCRIPTIONS.get(role, visible(f"{role} (level {level})")))
         if level:
             text.append("   ")
     summary = chain_summary(stats)
@@ -48,8 +50,8 @@ def chain_summary(stats: dict | None) -> str:
 
 
 def coloured(provenance: list[tuple[int, str]]) -> Text:
-    """An answer's text with each run coloured by the level that proposed it."""
+    """An answer's text with each run coloured by the level that proposed it (its control characters visible)."""
     text = Text()
     for level, piece in provenance:
-        text.append(piece, style=colour(level))
+        text.append(visible(piece), style=colour(level))
     return text

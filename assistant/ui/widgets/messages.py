@@ -1,15 +1,16 @@
 """One message in the conversation: the user's text (with a line naming its attachments), an error, or an
 answer that can stream.
 
-An answer keeps two renderings, Markdown and the coloured speculation view, and shows one of them."""
+An answer keeps two renderings, Markdown and the coloured speculation view, and shows one of them. The user's
+text and errors are shown literally; an answer is Markdown, its control characters made visible (``literal``)."""
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 
+from assistant.ui.literal import literal, visible
 from assistant.ui.widgets.levels import coloured
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
@@ -27,15 +28,15 @@ class MessageView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_TITLES.get(self.role, self.role), classes="role")
-        yield Static(Text(self.content), classes="body")
-        line = Static(Text(self.attachments), classes="attachments")
+        yield Static(literal(self.content), classes="body")
+        line = Static(literal(self.attachments), classes="attachments")
         line.display = bool(self.attachments)
         yield line
 
     def set_attachments(self, line: str) -> None:
         self.attachments = line
         shown = self.query_one(".attachments", Static)
-        shown.update(Text(line))
+        shown.update(literal(line))
         shown.display = bool(line)
 
 
@@ -57,7 +58,7 @@ class AnswerView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label("Assistant", classes="role")
-        markdown = Markdown(self.text, classes="body")
+        markdown = Markdown(visible(self.text), classes="body")
         markdown.display = not self.speculation_view
         yield markdown
         speculation = Static(coloured(self.provenance), classes="body speculation")
@@ -83,7 +84,7 @@ class AnswerView(Vertical):
         self.query_one(".speculation", Static).update(coloured(self.provenance))
         if self._stream is None:
             self._stream = Markdown.get_stream(self.query_one(Markdown))
-        await self._stream.write("".join(text for _, text in pieces))
+        await self._stream.write(visible("".join(text for _, text in pieces)))
 
     async def finish(self, note: str = "") -> None:
         if self._stream is not None:

@@ -12,6 +12,8 @@ from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import Label, ProgressBar
 
+from assistant.ui.literal import literal
+
 
 def describe_stats(stats: dict | None) -> str:
     """Speed and the acceptance ratio of each level that proposed tokens, e.g. "41.2 tok/s · α mxfp4 92%"."""
@@ -58,23 +60,23 @@ class StatusLine(Horizontal):
         yield Label(id="status-directory")
 
     def watch_model(self, value: str) -> None:
-        self.query_one("#status-model", Label).update(value)
+        self.query_one("#status-model", Label).update(literal(value))
 
     def watch_state(self, value: str) -> None:
-        self.query_one("#status-state", Label).update(value)
+        self.query_one("#status-state", Label).update(literal(value))
 
     def watch_speed(self, value: str) -> None:
         label = self.query_one("#status-speed", Label)
-        label.update(value)
+        label.update(literal(value))
         # A short row (narrow window, chats panel open) once left the speed one cell ("2"): it keeps up to 24,
         # and the context and directory after it are cropped instead. Empty, it takes no room.
         label.styles.min_width = min(len(value), 24)
 
     def watch_context(self, value: str) -> None:
-        self.query_one("#status-context", Label).update(value)
+        self.query_one("#status-context", Label).update(literal(value))
 
     def watch_directory(self, value: str) -> None:
-        self.query_one("#status-directory", Label).update(value)
+        self.query_one("#status-directory", Label).update(literal(value))
 
     def watch_loading(self, value: bool) -> None:
         self.query_one("#status-progress", ProgressBar).display = value
