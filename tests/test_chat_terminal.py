@@ -120,6 +120,30 @@ def test_chat_then_resume(assistant_home, demo_set):
         terminal.wait_exit()
 
 
+def test_a_first_message_in_brackets_is_its_title_across_a_restart(assistant_home, demo_set):
+    """`[/INST] what does this tag mean?` as a first message once crashed the chat, and every start after it
+    (the conversation list read the stored title as markup): it is answered, and shown as typed after a restart,
+    as the title in the list and as the message."""
+    question = "[/INST] what does this tag mean?"
+    save(ChatSettings(max_tokens=16))
+    with Terminal(assistant_home) as terminal:
+        terminal.wait_for(lambda s: "ready" in status_line(s), timeout=120)
+        terminal.send(question, "Enter")
+        terminal.wait_for(lambda s: "tok/s" in status_line(s))
+        terminal.send("C-q")
+        terminal.wait_exit()
+    store = Store(assistant_home / "conversations.sqlite3")
+    (conversation,) = store.conversations()
+    assert conversation.title == question and store.messages(conversation.id)[1].content.strip()
+    with Terminal(assistant_home) as terminal:
+        screen = terminal.wait_for(lambda s: "ready" in status_line(s) and question in s, timeout=60)
+        keep("bracket-title.txt", screen)
+        sidebar = [line[:28].strip() for line in screen.splitlines()]
+        assert any(line.startswith("[/INST] what does") for line in sidebar), screen  # the title, in the list
+        terminal.send("C-q")
+        terminal.wait_exit()
+
+
 def test_kill_9_during_an_answer_loses_nothing_on_screen(assistant_home, demo_set):
     save(ChatSettings(max_tokens=3000, speculation_view=True))  # plain text on screen, easy to compare
     with Terminal(assistant_home, width=100, height=30) as terminal:
@@ -197,9 +221,13 @@ def test_run_a_command_and_save_a_code_block_after_confirming(assistant_home, de
         terminal.wait_for(lambda s: "ready" in status_line(s) and "Add push to the stack" in s, timeout=120)
         terminal.send("C-b")
         terminal.send("!echo from-the-shell; exit 3", "Enter")
-        screen = terminal.wait_for(lambda s: "echo from-the-shell" in s and "Run" in s, timeout=10)
+        screen = terminal.wait_for(lambda s: "echo from-the-shell" in s and "Run this command" in s, timeout=10)
         keep("run-confirm.txt", screen)
-        terminal.send("Enter")  # the Run button has the focus
+        terminal.send("Enter")  # the focus starts on Cancel: an Enter too many runs nothing
+        terminal.wait_for(lambda s: "Not run." in s and "Run this command" not in s, timeout=10)
+        terminal.send("!echo from-the-shell; exit 3", "Enter")
+        terminal.wait_for(lambda s: "Run this command" in s, timeout=10)
+        terminal.send("y")
         terminal.wait_for(lambda s: "$ echo from-the-shell; exit 3 (exit 3)" in s, timeout=30)
         terminal.send("/save 1 stack.py", "Enter")
         screen = terminal.wait_for(lambda s: "+++ b/stack.py" in s and "+    def push(self, item):" in s, timeout=10)
