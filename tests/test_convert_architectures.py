@@ -279,3 +279,12 @@ def test_malformed_multimodal_text_config_is_one_line(tmp_path, text_config, mes
     rewrite_config(checkpoint, architectures=["Gemma3ForConditionalGeneration"], text_config={**config, **text_config})
     with pytest.raises(AssistantError, match=message):
         convert(checkpoint, outdir=tmp_path / "out", name="m", types=("bf16",), progress=False)
+
+
+def test_gemma2_without_a_window_has_no_sliding_layers(tmp_path):
+    """A Gemma 2 config with sliding_window null attends globally in transformers; llama.cpp's gemma2 assumes
+    a 4096-token window unless the pattern says no layer slides (48 tokens cannot show it, the file can)."""
+    checkpoint = tiny(tmp_path / "hf", "gemma2", sliding_window=None)
+    reader = gguf.GGUFReader(convert(checkpoint, outdir=tmp_path, name="m", types=("bf16",), progress=False)["bf16"])
+    assert reader.fields["gemma2.attention.sliding_window_pattern"].contents() == [False, False]
+    assert "gemma2.attention.sliding_window" not in reader.fields

@@ -80,7 +80,9 @@ class Gemma2(Gemma):
             "attn_softcap": config.get("attn_logit_softcapping", attn_softcap),
             "final_softcap": config.get("final_logit_softcapping", final_softcap),
             "sliding_window": window,
-            "sliding_layers": _sliding_layers(config, common["layers"], cls.default_period, config_path) if window else (),
+            # no window: no sliding layers (llama.cpp's gemma2 would otherwise assume a 4096-token window)
+            "sliding_layers": (_sliding_layers(config, common["layers"], cls.default_period, config_path) if window
+                               else (False,) * common["layers"]),
         }
 
     def add_hyperparameters(self, writer):
@@ -91,7 +93,7 @@ class Gemma2(Gemma):
             writer.add_final_logit_softcapping(self.final_softcap)
         if self.sliding_window:
             writer.add_sliding_window(self.sliding_window)
-            writer.add_sliding_window_pattern(list(self.sliding_layers))
+        writer.add_sliding_window_pattern(list(self.sliding_layers))
         return tensors
 
     def shapes(self):
