@@ -22,7 +22,8 @@ from assistant.errors import AssistantError
 from converters.architectures.base import Architecture
 
 T = gguf.MODEL_TENSOR
-DEFAULT_QUERY_SCALAR = 256  # transformers' Gemma 2 / 3 config defaults
+# transformers' Gemma 2 / 3 config defaults
+DEFAULT_QUERY_SCALAR = 256
 DEFAULT_WINDOW = 4096
 
 
@@ -50,7 +51,7 @@ def _sliding_layers(config: dict, layers: int, default_period: int, config_path)
             raise AssistantError(f"{config_path}: layer_types must name sliding_attention or full_attention "
                                  f"for each of the {layers} layers")
         return tuple(kind == "sliding_attention" for kind in types)
-    period = config.get("sliding_window_pattern") or config.get("_sliding_window_pattern") or default_period
+    period = config.get("sliding_window_pattern") or default_period
     return tuple((layer + 1) % period != 0 for layer in range(layers))
 
 
