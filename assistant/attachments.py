@@ -219,8 +219,14 @@ class OutputTail:
 
 
 def _exited(process: subprocess.Popen) -> bool:
-    """Whether the shell has exited, leaving it unreaped so its process group id cannot be reused yet."""
-    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    """Whether the shell has exited, leaving it unreaped where the system allows, so that its process group id
+    cannot be taken by another process before the group is ended."""
+    if not hasattr(os, "waitid"):  # not on every platform
+        return process.poll() is not None
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already reaped
+        return True
 
 
 def _end_group(process: subprocess.Popen) -> None:
