@@ -1,6 +1,6 @@
 """Text that is not ours is shown literally wherever the chat shows it: random Unicode and markup-like strings
-(Hypothesis) through the conversation list, a message, an answer, the command confirmation, a notification and
-the palette. No exception, and what the widget renders is the text given, its control characters drawn as
+(Hypothesis) through the status line, the conversation list, a message, an answer, the command confirmation, a
+notification and the palette. No exception, and what the widget renders is the text given, its control characters drawn as
 visible symbols (written raw they would drive the terminal). Destructive confirmations start on Cancel."""
 
 import asyncio
@@ -23,6 +23,7 @@ from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
+from assistant.ui.widgets.status_line import short_path
 
 SIZE = (100, 30)
 NO_MODELS = "no-such-set"  # the display is under test: the load fails at once, as for a user with no models
@@ -113,12 +114,20 @@ async def show_everywhere(text: str, directory: Path) -> None:
     answer = store.add_message(conversation.id, "assistant", "", complete=False)
     store.update_answer(answer.id, answer_text, [(0, answer_text)], None, True)
     store.touch(conversation.id)
+    name = text.replace("/", "").replace("\x00", "")[:40].strip()  # as much of it as a directory name can hold
+    cwd = directory / (name if name not in ("", ".", "..") else "x")
+    cwd.mkdir()
     app = ChatApp(ChatSettings(model_set=NO_MODELS, system_prompt=text, speculation_view=True), store,
-                  cwd=str(directory))
+                  cwd=str(cwd))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         screen = app.screen
         await until(pilot, lambda: screen.query_one("#status-state", Static).render().plain == "no model")
         await pilot.pause(0.05)
+
+        # the working directory in the status line
+        status = screen.query_one("#status-directory", Static)
+        assert plain(status.render()) == shown(short_path(cwd))
+        assert not raw_controls(on_terminal(status))
 
         # the conversation's title in the list
         options = screen.query_one("#conversation-options", OptionList)
