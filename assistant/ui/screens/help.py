@@ -27,7 +27,8 @@ Paths are relative to the working directory shown at the end of the status line.
 
 - `@path` in a message attaches that file to it; **Tab** after `@` completes the path.
 - `/add PATH` or `/add GLOB` attaches files to your next message, e.g. `/add src/*.py` or `/add a.py b.py`.
-- `/run CMD` or `!CMD` runs a shell command once you confirm it and attaches its output (its last {output_kib} KiB)
+- `/run CMD` or `!CMD` runs a shell command once you confirm it with **y** (the dialog shows it exactly as it
+  will run, and starts on Cancel: an Enter too many runs nothing) and attaches its output (its last {output_kib} KiB)
   and exit code; **Esc** stops it, and it is stopped after the command timeout, now {timeout:g} s, keeping the
   output so far. `/timeout SECONDS` sets the timeout (saved with the settings), `/timeout` shows it.
 - `/drop` takes every attachment out, `/drop PATH` those named PATH: pending ones, and earlier ones the model
