@@ -239,3 +239,18 @@ def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
     here = subprocess.run([*assistant, *generate], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert there.returncode == 0 and here.returncode == 0, there.stderr[-2000:]
     assert there.stdout == here.stdout and here.stdout.strip()
+
+
+def test_llama_cpps_quantized_types_run_on_this_cpu(tiny_checkpoint, prompt_tokens, tmp_path):
+    """Q8_0 weights (an `assistant convert --types q8_0` file, or any GGUF a user imports from) go to llama.cpp's
+    own kernels. Its AMX buffer type is left out of the build because it faulted on AMX CPUs (SIGILL): on every
+    CPU the file must decode, with logits near the F16 file's."""
+    from converters import convert
+
+    written = convert(tiny_checkpoint("llama", std=0.05), outdir=tmp_path, name="tiny", types=("f16", "q8_0"),
+                      progress=False)
+    tokens = [t % 200 for t in prompt_tokens[:12]]
+    f16, _ = run_logits(written["f16"], tokens, OURS, tmp_path)
+    q8_0, _ = run_logits(written["q8_0"], tokens, OURS, tmp_path)
+    assert np.isfinite(q8_0).all()
+    assert np.abs(q8_0 - f16).max() <= 0.05 * np.abs(f16).max()
