@@ -38,20 +38,10 @@ VARIED_TEXT = (
 PRIME_QUESTION = "Write a Python function that checks whether a number is prime."
 
 
-# llama.cpp's stock AMX kernels (its sapphirerapids CPU variant, for Q4_0/Q4_1/Q8_0 and some K-quants) die
-# of an illegal instruction in this build: GCC drops the stores to the tile configuration before LDTILECFG
-# (see native/src/amx-tiles.h, which our own kernels use instead). The original quantized files are
-# therefore run in a child process on the icelake variant's code where that variant would be chosen.
-STOCK_AMX_VARIANTS = {"sapphirerapids"}
-
-
 def run_original(request: dict) -> dict:
-    """``reference_main`` in a child process: llama.cpp on an original (quantized) file."""
-    from assistant.engine.devices import cpu_backend_library, cpu_variant
-
+    """``reference_main`` in a child process: llama.cpp on an original (quantized) file, with llama.cpp's own
+    kernels for its types, apart from the models under test."""
     env = dict(os.environ)
-    if cpu_variant(cpu_backend_library()) in STOCK_AMX_VARIANTS:
-        env["ASSISTANT_CPU_VARIANT"] = "icelake"
     result = subprocess.run([sys.executable, "-c", "from tests.test_import import reference_main; reference_main()"],
                             input=json.dumps(request), capture_output=True, text=True, env=env, timeout=600,
                             cwd=Path(__file__).resolve().parents[1])
