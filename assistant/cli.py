@@ -52,16 +52,14 @@ def with_default_command(argv: list[str]) -> list[str]:
     return argv
 
 
-REMOTE_WORKER_FLAG = "--remote-target-worker"  # how a frozen app, which has no `python -m`, starts that worker
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv == [REMOTE_WORKER_FLAG]:  # a frozen app starting its remote-target worker (engine/remote.py)
-        from assistant.engine.remote import work
+    if getattr(sys, "frozen", False) and len(argv) == 1:  # perhaps its remote-target worker (engine/remote.py)
+        from assistant.engine import remote
 
-        work()
-        return 0
+        if argv == [remote.WORKER_FLAG]:
+            remote.work()
+            return 0
     argv = with_default_command(argv)
     args = build_parser().parse_args(argv)
     try:

@@ -35,7 +35,7 @@ class RemoteMachine:
     """``count`` ggml-rpc-servers standing in for one remote machine; ``endpoints`` are where they listen."""
 
     def __init__(self, count: int, threads: int, say=print):
-        from assistant.commands.rpc_server import server_command
+        from assistant.engine.rpc_program import rpc_server_command
 
         self.namespace = None
         self.servers: list[subprocess.Popen] = []
@@ -52,7 +52,7 @@ class RemoteMachine:
         try:
             for index in range(count):
                 port = PORT + index if self.namespace else _free_port()
-                command, environment = server_command(host, port, threads)
+                command, environment = rpc_server_command(host, port, threads)
                 self.servers.append(subprocess.Popen(prefix + command, env=environment, stdout=subprocess.DEVNULL,
                                                      stderr=subprocess.DEVNULL))
                 self.endpoints.append((host, port))

@@ -51,9 +51,9 @@ def _serve(pipeline, name: str):
     """The server app over ``pipeline``, listening on a free loopback port, in a thread."""
     import uvicorn
 
-    from assistant.commands.serve import listen
     from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
+    from assistant.serve.listener import listen
     from assistant.serve.prompts import prompt_tokens
 
     generations = Generations(lambda: pipeline, prompt_tokens, max_waiting=1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-from pathlib import Path
 
 from assistant.errors import AssistantError
 
@@ -31,18 +30,6 @@ def add_arguments(parser) -> None:
                         "(~/.cache/llama.cpp/rpc), so the next load of the same model sends less")
 
 
-def tools_dir() -> Path:
-    """Where ggml-rpc-server is: beside llama.cpp's libraries in the bundle (packaging/), else among our
-    native build's tools."""
-    if getattr(sys, "frozen", False):
-        from assistant.engine import devices
-
-        return devices.lib_dir()
-    from native import build
-
-    return build.tools_dir()
-
-
 def run(args) -> int:
     host = "127.0.0.1" if args.host == "localhost" else args.host
     try:
@@ -54,7 +41,9 @@ def run(args) -> int:
                              "add --allow-network if that network is trusted")
     if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
         raise AssistantError("--port must be 1-65535 and --threads 1 or more")
-    command, environment = server_command(host, args.port, args.threads, args.cache)
+    from assistant.engine.rpc_program import rpc_server_command
+
+    command, environment = rpc_server_command(host, args.port, args.threads, args.cache)
     print(WARNING.format(where=f"{host}:{args.port}"), file=sys.stderr, flush=True)
     print(f"listening on {host}:{args.port}; elsewhere: assistant generate --target-rpc {host}:{args.port} … "
           "(Ctrl+C stops)", file=sys.stderr, flush=True)
@@ -62,16 +51,3 @@ def run(args) -> int:
     # Python set it (the server writes to clients that may have gone).
     os.execve(command[0], command, environment)
     return 1  # not reached
-
-
-def server_command(host: str, port: int, threads: int | None = None, cache: bool = False) -> tuple[list[str], dict]:
-    """ggml-rpc-server's command line and environment (it runs with the libraries built beside it)."""
-    bin_dir = tools_dir()
-    program = bin_dir / "ggml-rpc-server"
-    if not program.exists():
-        raise AssistantError(f"{program}: not built (run `make setup` or native/build.py)")
-    command = [str(program), "-H", host, "-p", str(port)]
-    command += ["-t", str(threads)] if threads else []
-    command += ["-c"] if cache else []
-    libraries = f"{bin_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")
-    return command, {**os.environ, "LD_LIBRARY_PATH": libraries}

@@ -9,10 +9,8 @@ response carries `usage` and a `speculation` object: tokens/s and what each leve
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import os
-import socket
 import sys
 
 from assistant.errors import AssistantError
@@ -54,6 +52,7 @@ def run(args) -> int:
     from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
     from assistant.serve.guard import loopback_hosts, origin_option
+    from assistant.serve.listener import listen
     from assistant.serve.prompts import prompt_tokens
 
     if args.queue < 0 or args.ctx < 16 or args.max_body < 1:
@@ -114,20 +113,6 @@ def _server(config, generations):
             super().handle_exit(sig, frame)
 
     return Server(config)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError as error:
-        hint = ": pick another with --port" if getattr(error, "errno", None) == errno.EADDRINUSE else ""
-        raise AssistantError(f"cannot listen on {host}:{port} ({error.strerror or error}){hint}") from None
-    listener.listen(128)
-    listener.set_inheritable(True)
-    return listener
 
 
 def _loopback(host: str) -> bool:

@@ -236,12 +236,13 @@ def _shared_memory_dir() -> str | None:
     return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
-def worker_command() -> list[str]:
-    """How to start the worker: this module run by this Python (a frozen app runs itself with a flag)."""
-    if getattr(sys, "frozen", False):
-        from assistant.cli import REMOTE_WORKER_FLAG
+WORKER_FLAG = "--remote-target-worker"  # a frozen app has no `python -m`: its own program, given this, runs work()
 
-        return [sys.executable, REMOTE_WORKER_FLAG]
+
+def worker_command() -> list[str]:
+    """How to start the worker: this module run by this Python (a frozen app runs itself with WORKER_FLAG)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, WORKER_FLAG]
     return [sys.executable, "-m", __name__]
 
 
