@@ -254,3 +254,45 @@ def test_llama_cpps_quantized_types_run_on_this_cpu(tiny_checkpoint, prompt_toke
     q8_0, _ = run_logits(written["q8_0"], tokens, OURS, tmp_path)
     assert np.isfinite(q8_0).all()
     assert np.abs(q8_0 - f16).max() <= 0.05 * np.abs(f16).max()
+
+
+USER_CODE = """
+import itertools, json, sys
+import llama_cpp
+
+llm = llama_cpp.Llama(sys.argv[1], n_ctx=128, verbose=False)
+prompt = [int(token) for token in sys.argv[2].split(",")]
+print(json.dumps(list(itertools.islice(llm.generate(prompt, temp=0.0), int(sys.argv[3])))))
+"""
+
+
+def test_llama_cpp_on_its_own_loads_a_model_and_generates_as_upstreams_does(tiny_checkpoint, prompt_tokens, tmp_path):
+    """Code of the user's in the same environment uses llama_cpp as it would the stock package: importing it
+    loads the best CPU backend from llama_cpp/lib (the variants are modules there), quietly, so ``Llama(path)``
+    loads a model and generates; the greedy tokens are those our engine gives for the same file."""
+    from converters import convert
+
+    written = convert(tiny_checkpoint("qwen2"), outdir=tmp_path, name="tiny", types=("bf16",), progress=False)
+    tokens = prompt_tokens[:12]
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("ASSISTANT_")}
+    user = subprocess.run([sys.executable, "-c", USER_CODE, str(written["bf16"]), ",".join(map(str, tokens)), "6"],
+                          cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
+    assert user.returncode == 0, user.stderr[-2000:]
+    assert user.stderr == ""  # no "no backends are loaded", and no line per backend module either
+    _, ours = run_logits(written["bf16"], tokens, {}, tmp_path, greedy=6)
+    assert json.loads(user.stdout) == ours["greedy"]
+
+
+def test_our_engine_keeps_the_backends_llama_cpp_loaded():
+    """Importing llama_cpp loaded the CPU variant and RPC; the engine runs on them, loading nothing twice."""
+    from assistant.engine import devices
+
+    code = ("import ctypes, llama_cpp; from assistant.engine import devices; "
+            "count = devices._loaded('libggml').ggml_backend_reg_count; count.restype = ctypes.c_size_t; "
+            "cpu = lambda: devices._library_holding(devices._ggml()[1].ggml_backend_reg_by_name(b'CPU')); "
+            "print(count(), cpu()); devices.cpu_backend_library(); print(count(), cpu())")
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("ASSISTANT_")}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=clean, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    at_import, in_use = run.stdout.splitlines()
+    assert at_import == in_use and at_import.startswith("2 ") and Path(in_use.split()[1]).parent == devices.lib_dir()

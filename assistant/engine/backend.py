@@ -1,7 +1,7 @@
-"""Loads llama_cpp once, loads ggml's backends, initialises llama.cpp and keeps its log off the terminal.
+"""Loads llama_cpp once, settles its CPU backend, initialises llama.cpp and keeps its log off the terminal.
 
-Everything that calls into llama.cpp goes through ``llama()``: in the portable build no backend exists until
-it is loaded from llama_cpp/lib.
+Everything that calls into llama.cpp goes through ``llama()``: importing llama_cpp loads the best CPU backend
+for this CPU, and ASSISTANT_CPU_VARIANT may swap it for another only before llama.cpp starts.
 
 llama.cpp prints hundreds of lines per model load to stderr; a chat UI and `--json` output must not
 carry them. Error lines are kept (``recent_errors``) so our own one-line messages can quote them;

@@ -1,5 +1,5 @@
-"""ggml's backends and devices, which llama-cpp-python does not bind: loading the backends our portable build
-makes as modules (a CPU backend per CPU family, the RPC client), naming the CPU variant in use, and a remote
+"""ggml's backends and devices, which llama-cpp-python does not bind: the CPU variant in use (our llama_cpp loads
+the best of its backend modules when imported; ASSISTANT_CPU_VARIANT swaps in another), and a remote
 machine's ``ggml-rpc-server`` as a place to load a model (its weights, KV cache and compute).
 
 The few functions needed are declared here. The remote device is made with the RPC registry's
@@ -45,9 +45,8 @@ def _loaded(stem: str) -> ctypes.CDLL:
 def _ggml():
     base, ggml = _loaded("libggml-base"), _loaded("libggml")
     for lib, name, argtypes, restype in (
-        (ggml, "ggml_backend_load_all_from_path", [ctypes.c_char_p], None),
         (ggml, "ggml_backend_load", [ctypes.c_char_p], ctypes.c_void_p),
-        (ggml, "ggml_backend_reg_count", [], ctypes.c_size_t),
+        (ggml, "ggml_backend_unload", [ctypes.c_void_p], None),
         (ggml, "ggml_backend_reg_by_name", [ctypes.c_char_p], ctypes.c_void_p),
         (base, "ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
         (base, "ggml_backend_reg_dev_count", [ctypes.c_void_p], ctypes.c_size_t),
@@ -60,20 +59,12 @@ def _ggml():
 
 
 def load_backends() -> None:
-    """Load the backend modules from llama_cpp/lib before llama.cpp starts: the CPU variant that scores best on
-    this CPU (or the one ASSISTANT_CPU_VARIANT names), and RPC. Left to itself llama.cpp would search beside
-    the Python executable and in the current directory. A build with its backends linked in (the native
-    flavour) has them registered already."""
+    """Check that importing llama_cpp loaded a CPU backend (it loads the best variant for this CPU, and RPC,
+    from llama_cpp/lib), and swap in the variant ASSISTANT_CPU_VARIANT names before llama.cpp starts."""
     _, ggml = _ggml()
     variant = forced_variant()
-    if ggml.ggml_backend_reg_count() == 0:
-        if variant:
-            _load_variant(ggml, variant)
-        else:
-            ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir()))
-    elif variant:
-        raise AssistantError(f"{VARIANT_VARIABLE}={variant}: this build has its CPU backend linked in (the native "
-                             "flavour); only the portable build has variants to choose from")
+    if variant:
+        _use_variant(ggml, variant)
     if not ggml.ggml_backend_reg_by_name(b"CPU"):
         raise AssistantError(f"no llama.cpp CPU backend in {lib_dir()} loads on this CPU (reinstall assistant)")
 
@@ -84,16 +75,21 @@ def forced_variant() -> str | None:
     return os.environ.get(VARIANT_VARIABLE) or None
 
 
-def _load_variant(ggml, variant: str) -> None:
+def _use_variant(ggml, variant: str) -> None:
+    if not cpu_variants():
+        raise AssistantError(f"{VARIANT_VARIABLE}={variant}: this build has its CPU backend linked in (the native "
+                             "flavour); only the portable build has variants to choose from")
     library = lib_dir() / f"{CPU_LIBRARY_PREFIX}-{variant}.so"
     if not library.exists():
         raise AssistantError(f"{VARIANT_VARIABLE}={variant}: no such llama.cpp CPU variant (installed: "
-                             f"{', '.join(cpu_variants()) or 'none'})")
+                             f"{', '.join(cpu_variants())})")
+    loaded = ggml.ggml_backend_reg_by_name(b"CPU")
+    if loaded and _library_holding(loaded) == library.resolve():
+        return
+    if loaded:  # nothing runs on it yet: llama.cpp has not started
+        ggml.ggml_backend_unload(loaded)
     if not ggml.ggml_backend_load(os.fsencode(library)):
         raise AssistantError(f"{VARIANT_VARIABLE}={variant}: {library.name} does not load on this CPU")
-    rpc = lib_dir() / "libggml-rpc.so"
-    if rpc.exists():
-        ggml.ggml_backend_load(os.fsencode(rpc))
 
 
 class _DlInfo(ctypes.Structure):
@@ -102,20 +98,23 @@ class _DlInfo(ctypes.Structure):
 
 
 def cpu_backend_library() -> Path:
-    """The file the CPU backend in use was loaded from, e.g. ``.../libggml-cpu-haswell.so`` (its registry
-    entry lives in that library, and dladdr names the file holding an address)."""
+    """The file the CPU backend in use was loaded from, e.g. ``.../libggml-cpu-haswell.so``."""
     from assistant.engine.backend import llama
 
     llama()
-    registry = _ggml()[1].ggml_backend_reg_by_name(b"CPU")
+    return _library_holding(_ggml()[1].ggml_backend_reg_by_name(b"CPU"))
+
+
+def _library_holding(address) -> Path:
+    """The shared library an address lies in (a backend's registry entry lives in its library), by dladdr."""
     try:
         dladdr = ctypes.CDLL(None).dladdr
     except AttributeError:  # glibc before 2.34 keeps it in libdl
         dladdr = ctypes.CDLL("libdl.so.2").dladdr
     info = _DlInfo()
-    if not dladdr(ctypes.c_void_p(registry), ctypes.byref(info)) or not info.dli_fname:
+    if not address or not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
         raise LookupError("cannot tell which library holds llama.cpp's CPU backend")
-    return Path(os.fsdecode(info.dli_fname))
+    return Path(os.fsdecode(info.dli_fname)).resolve()
 
 
 def cpu_variant(library: Path) -> str:
