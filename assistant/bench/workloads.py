@@ -20,11 +20,10 @@ from pathlib import Path
 
 from assistant.errors import AssistantError
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-# The packaged toy pair (assistant/demo/) is the trained bench pair (the same files as ../shared/models), so no run needs
-# ../shared for its models; the prompts stay there.
+# The packaged toy pair (assistant/demo/) is the trained bench pair, and the prompts travel in the package too, so
+# an installed assistant benchmarks with nothing beside it.
 DEFAULT_MODELS = Path(__file__).resolve().parents[1] / "demo"
-DEFAULT_PROMPTS = SHARED / "bench" / "prompts.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 # Directory names of the pair under --models: the benchmark's layout, or the packaged toy pair's.
 LAYOUTS = (("bench-target", "bench-draft"), ("target", "draft"))
 

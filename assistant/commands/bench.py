@@ -29,7 +29,7 @@ def add_arguments(parser):
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK['prompts']} prompts, {QUICK['max_tokens']} tokens, 1-prompt llama.cpp sweep")
     parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, metavar="FILE",
-                        help="JSON lines with {'id', 'messages'} (default: ../shared/bench/prompts.jsonl)")
+                        help="JSON lines with {'id', 'messages'} (default: the packaged coding requests)")
     parser.add_argument("--limit", type=int, help="use only the first N prompts (both workloads)")
     parser.add_argument("--limit-b", type=int, default=LIMIT_B,
                         help=f"prompts for workload b when --limit is not given (default {LIMIT_B}, as BENCHMARK.md's "
