@@ -267,6 +267,13 @@ def system_note(attachments: list[Attachment], cwd: str | Path | None = None) ->
             + ", ".join(files) + ". Their contents are in the user's message.")
 
 
+def system_messages(system_prompt: str | None, note: str) -> list[dict]:
+    """The system turn that goes before the conversation: the user's system prompt, then the note naming the
+    attached files; none when both are empty (a blank system prompt counts as none)."""
+    content = "\n\n".join(part for part in (system_prompt, note) if part and part.strip())
+    return [{"role": "system", "content": content}] if content else []
+
+
 def mentions(text: str, cwd: str | Path | None = None) -> list[str]:
     """The paths a chat message attaches with `@`, e.g. "explain @src/app.py." gives ["src/app.py"].
 

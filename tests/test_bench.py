@@ -80,7 +80,7 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     """The program's echoed text must equal our target's own greedy answer: the identity check relies on it."""
     pytest.importorskip("llama_cpp")
     from assistant.bench import workloads
-    from assistant.speculative import Pipeline, Stats
+    from assistant.speculative import Pipeline
 
     workload = workloads.prepare("a", DEFAULT_MODELS, tmp_path, log=lambda m: None)
     messages = json.loads(DEFAULT_PROMPTS.read_text().splitlines()[3])["messages"]
@@ -88,12 +88,12 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
         from assistant.engine.chat_template import apply_chat_template
 
         prompt = apply_chat_template(pipeline.target, messages)
-        events = list(pipeline.chat(messages, max_tokens=24))
-    ours = "".join(e.text for e in events if not isinstance(e, Stats))
+        answer = pipeline.chat(messages, max_tokens=24).finish()
+    ours = answer.text
     result = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
     assert result.drafted > 0 and 0 < result.accepted <= result.drafted
-    assert result.seconds > result.prompt_seconds > 0 and result.prompt_tokens == events[-1].prompt_tokens
-    assert 0 < events[-1].prompt_seconds < events[-1].seconds
+    assert result.seconds > result.prompt_seconds > 0 and result.prompt_tokens == answer.stats.prompt_tokens
+    assert 0 < answer.stats.prompt_seconds < answer.stats.seconds
     assert result.text.startswith(ours) and len(ours) > 0
     if devices.cpu_variants():  # the program sees only the variant named: the plainest answers alike, none fails
         with pytest.MonkeyPatch.context() as patch:

@@ -4,7 +4,7 @@ import pytest
 
 from assistant.engine import Model
 from assistant.engine.chat_template import chat_prompt_tokens
-from assistant.speculative import Pipeline, Stats
+from assistant.speculative import Pipeline
 from converters import convert
 from tests.fixtures.checkpoints import ARCHES, TOKENIZER_OF
 
@@ -23,7 +23,7 @@ def test_one_bos_where_the_model_wants_one(tiny_checkpoint, tmp_path, arch):
         assert bos not in tokens, tokens[:4]
     # and the pipeline's chat evaluates exactly these tokens
     with Pipeline.load([written["bf16"]], n_ctx=256, threads=1) as pipeline:
-        stats = [event for event in pipeline.chat(MESSAGES, max_tokens=1) if isinstance(event, Stats)][0]
+        stats = pipeline.chat(MESSAGES, max_tokens=1).finish().stats
     assert stats.prompt_tokens == len(tokens)
 
 

@@ -66,7 +66,8 @@ def test_pull_makes_a_three_level_set_that_generates(fake_hub, served, capsys):
     from assistant.speculative.pipeline import Pipeline
 
     with Pipeline.load(model_set, n_ctx=256, threads=1) as pipeline:
-        *tokens, stats = pipeline.generate("def fibonacci(n):", max_tokens=12)
+        answer = pipeline.generate("def fibonacci(n):", max_tokens=12)
+        tokens, stats = list(answer), answer.stats
     assert len(tokens) == 12 and "".join(event.text for event in tokens)
     assert [level.role for level in stats.levels] == ["target", "mxfp4", "draft", "ngram"]
 

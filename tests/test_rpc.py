@@ -11,7 +11,7 @@ import pytest
 from assistant.bench.remote import wait_listening
 from assistant.engine import remote
 from assistant.errors import AssistantError
-from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
+from assistant.speculative import Pipeline, Sampling
 from tests.fixtures.serve import free_port
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
@@ -37,11 +37,7 @@ def rpc_endpoint():
 
 
 def answer(pipeline) -> list[int]:
-    tokens = []
-    for event in pipeline.generate(PROMPT, Sampling(), 48):
-        if not isinstance(event, Stats):
-            tokens.append(event.token)
-    return tokens
+    return pipeline.generate(PROMPT, Sampling(), 48).finish().tokens
 
 
 def test_a_remote_target_answers_as_the_local_one_and_as_the_chain_with_it(bench_gguf, rpc_endpoint):
@@ -198,7 +194,7 @@ def test_a_server_killed_mid_answer_keeps_the_answer_so_far_and_the_next_answer_
         with pytest.raises(remote.RemoteTargetLost, match=r"the target's RPC server at 127\.0\.0\.1:\d+ dropped the "
                            r"connection while verifying \(.*\); the answer so far is kept"):
             for event in pipeline.generate(PROMPT, Sampling(), 48):
-                said += [event.token] if isinstance(event, TokenEvent) else []
+                said.append(event.token)
                 if len(said) >= 4 and server.poll() is None:
                     server.kill()
                     server.wait()
@@ -226,7 +222,7 @@ def test_a_link_gone_silent_ends_the_answer_at_the_deadline(bench_gguf, rpc_endp
             began = time.monotonic()
             with pytest.raises(remote.RemoteTargetLost, match="did not answer within 1 s while verifying"):
                 for event in pipeline.generate(PROMPT, Sampling(), 48):
-                    said += [event.token] if isinstance(event, TokenEvent) else []
+                    said.append(event.token)
                     if len(said) == 4:
                         relay.freeze()
                         began = time.monotonic()

@@ -21,11 +21,13 @@ def bench_prompts():
 
 
 def run(pipeline, messages, **options):
-    events = list(pipeline.chat(messages, **options))
-    tokens = [event for event in events[:-1]]
+    answer = pipeline.chat(messages, **options)
+    tokens = list(answer)
     assert all(isinstance(event, TokenEvent) for event in tokens)
-    assert isinstance(events[-1], Stats)
-    return [event.token for event in tokens], events[-1], tokens
+    assert isinstance(answer.stats, Stats)
+    assert answer.tokens == [event.token for event in tokens] and answer.levels == [event.level for event in tokens]
+    assert answer.text == "".join(event.text for event in tokens) and list(answer) == []  # it ran out once
+    return [event.token for event in tokens], answer.stats, tokens
 
 
 def chains(gguf, every=True):
@@ -102,20 +104,20 @@ def test_eos_ends_the_answer(three_level_pipeline, target_pipeline):
 def test_cancel_stops_at_a_token_boundary(three_level_pipeline):
     cancel = threading.Event()
     events = []
-    for event in three_level_pipeline.chat(bench_prompts()[3]["messages"], max_tokens=100, cancel=cancel):
+    answer = three_level_pipeline.chat(bench_prompts()[3]["messages"], max_tokens=100, cancel=cancel)
+    for event in answer:
         events.append(event)
         if len(events) == 5:
             cancel.set()
-    assert events[-1].stop_reason == "cancelled"
-    assert events[-1].new_tokens == 5 and len(events) == 6
+    assert answer.stats.stop_reason == "cancelled"
+    assert answer.stats.new_tokens == 5 and len(events) == 5
 
 
 def test_context_limit_ends_the_answer(bench_gguf):
     """A prompt that leaves room for 10 tokens: the answer stops at the context's end, drafts and all."""
     with Pipeline.load([bench_gguf["target_bf16"], bench_gguf["draft_bf16"]], n_ctx=256, draft_length=8) as pipeline:
         prompt = pipeline.tokenize("def main():\n" * 80)[:246]
-        events = list(pipeline.generate(prompt, max_tokens=1000))
-        stats = events[-1]
+        stats = pipeline.generate(prompt, max_tokens=1000).finish().stats
         assert stats.stop_reason == "context", stats
         assert len(prompt) + stats.new_tokens == 256
         assert pipeline.context_used <= 256

@@ -68,9 +68,9 @@ def sample_counts(pipeline, prompt_tokens, samples=SAMPLES):
     counts, proposed = Counter(), 0
     for seed in range(samples):
         sampling = Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=seed)
-        events = list(pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=LENGTH))
-        counts[tuple(event.token for event in events[:-1])] += 1
-        proposed += events[-1].levels[-1].proposed
+        answer = pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=LENGTH).finish()
+        counts[tuple(answer.tokens)] += 1
+        proposed += answer.stats.levels[-1].proposed
     return counts, proposed
 
 
@@ -130,7 +130,7 @@ def test_sampling_stays_exact_when_the_chain_changes_shape_within_a_generation(b
     with Pipeline.load(paths, n_ctx=256, draft_length=2) as pipeline:
         pipeline.chain.configured_policy = SwitchShapes(2, 3)
         counts, proposed = sample_counts(pipeline, prompt)
-        stats = list(pipeline.generate(prompt, sampling=Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=1),
-                                       max_tokens=LENGTH))[-1]
+        stats = pipeline.generate(prompt, sampling=Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=1),
+                                  max_tokens=LENGTH).finish().stats
     assert proposed > SAMPLES / 4 and stats.levels[1].proposed > 0
     assert chi_square_p_value(counts, distribution, SAMPLES) > 1e-3

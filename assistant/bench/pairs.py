@@ -33,15 +33,11 @@ class Run:
 
 def answer_in_process(pipeline, messages: list[dict], max_tokens: int) -> Run:
     """One greedy answer from ``pipeline``, timed around the whole generation."""
-    from assistant.speculative import Sampling, Stats
+    from assistant.speculative import Sampling
 
-    began, tokens, pieces = time.perf_counter(), [], []
-    for event in pipeline.chat(messages, Sampling(), max_tokens):
-        if isinstance(event, Stats):
-            return Run(time.perf_counter() - began, "".join(pieces), len(tokens), tuple(tokens), event)
-        tokens.append(event.token)
-        pieces.append(event.text)
-    raise AssistantError("the generation ended without its statistics")
+    began = time.perf_counter()
+    answer = pipeline.chat(messages, Sampling(), max_tokens).finish()
+    return Run(time.perf_counter() - began, answer.text, len(answer.tokens), tuple(answer.tokens), answer.stats)
 
 
 def alternate(prompts: list[dict], ways: dict[str, Callable[[list[dict]], Run]], repeats: int = REPEATS):

@@ -95,7 +95,7 @@ class Worker:
         return {"roles": [level.role for level in chain.levels], "runs": runs}
 
     def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
-        from assistant.speculative import Sampling, Stats
+        from assistant.speculative import Sampling
 
         chain = self.pipelines[pipeline]
         # Empty caches first, as llama.cpp's program starts: otherwise the prompt the warm-up ran would be
@@ -103,20 +103,14 @@ class Worker:
         for level in chain.levels:
             if level.is_model:
                 level.context.reset()
-        tokens, levels_of, pieces, stats = [], [], [], None
         began = time.perf_counter()
-        for event in chain.chat(messages, sampling=Sampling(), max_tokens=max_tokens):
-            if isinstance(event, Stats):
-                stats = event
-            else:
-                tokens.append(event.token)
-                levels_of.append(event.level)
-                pieces.append(event.text)
+        answer = chain.chat(messages, sampling=Sampling(), max_tokens=max_tokens).finish()
         seconds = time.perf_counter() - began
+        stats = answer.stats
         return {
-            "tokens": tokens,
-            "text": "".join(pieces),
-            "token_levels": levels_of,
+            "tokens": answer.tokens,
+            "text": answer.text,
+            "token_levels": answer.levels,
             "seconds": seconds,
             "prompt_seconds": stats.prompt_seconds,
             "new_tokens": stats.new_tokens,

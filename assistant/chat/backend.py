@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from assistant.attachments import with_attachments
+from assistant.attachments import system_messages, with_attachments
 from assistant.chat import attached as attached_files
 from assistant.chat.recorder import AnswerRecorder, stats_dict
 from assistant.chat.settings import ChatSettings
@@ -51,9 +51,8 @@ class ChatPrompt:
         """The messages without the first ``left_out`` turns, the system note saying what went with them."""
         kept = [stored for group in self.attached[left_out:] for stored in group]
         gone = [stored for group in self.attached[:left_out] for stored in group]
-        system = "\n\n".join(part for part in (self.system_prompt if self.system_prompt.strip() else "",
-                                                 attached_files.note(kept, self.cwd, left_out=gone)) if part)
-        return ([{"role": "system", "content": system}] if system else []) + self.turns[left_out:]
+        note = attached_files.note(kept, self.cwd, left_out=gone)
+        return system_messages(self.system_prompt, note) + self.turns[left_out:]
 
 
 def chat_prompt(system_prompt: str, history: list[Message], attached: Sequence[StoredAttachment] = (),
@@ -113,20 +112,19 @@ def generate(
     """Stream an answer into message ``answer_id``; ``show`` gets each piece only after it is committed.
 
     Returns the run's statistics as a dict (``stop_reason`` "cancelled" when ``cancel`` was set)."""
-    from assistant.speculative import Sampling, Stats
+    from assistant.speculative import Sampling
 
     recorder = AnswerRecorder(store, answer_id)
     stats = None
     try:
         sampling = Sampling(temperature=settings.temperature)
         messages = fit_context(pipeline, prompt, settings.max_tokens)
-        for event in pipeline.chat(messages, sampling=sampling, max_tokens=settings.max_tokens, cancel=cancel):
-            if isinstance(event, Stats):
-                stats = stats_dict(event)
-                break
+        answer = pipeline.chat(messages, sampling=sampling, max_tokens=settings.max_tokens, cancel=cancel)
+        for event in answer:
             pieces = recorder.add(event.level, event.text)
             if pieces:
                 show(pieces)
+        stats = stats_dict(answer.stats)
     except Exception as error:
         show(recorder.flush())  # keep and show what came before the failure
         if isinstance(error, AssistantError):

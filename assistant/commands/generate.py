@@ -59,43 +59,35 @@ def run(args) -> int:
     import json
     from dataclasses import asdict
 
-    from assistant.speculative import Pipeline, Sampling, Stats, TokenEvent
+    from assistant.speculative import Pipeline, Sampling
 
     from assistant import attachments
 
     question = _read_prompt(args)
     files = [attachments.read_file(path) for path in args.file]
     prompt = attachments.with_attachments(question, files)
-    system = "\n\n".join(part for part in (args.system, attachments.system_note(files)) if part)
     source = _model_source(args)
     sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
     draft_length = args.draft_length if args.draft_length == "adaptive" else _positive_int(args.draft_length)
     with Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
                        draft_length=draft_length, ngram=args.ngram, target_rpc=args.target_rpc) as pipeline:
         if args.raw:
-            events = pipeline.generate(raw_prompt_tokens(pipeline.target, question, files), sampling,
+            answer = pipeline.generate(raw_prompt_tokens(pipeline.target, question, files), sampling,
                                        args.max_tokens, args.stop)
         else:
-            messages = [{"role": "system", "content": system}] if system else []
-            events = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
-        pieces, tokens, origins, stats = [], [], [], None
-        for event in events:
-            if isinstance(event, TokenEvent):
-                pieces.append(event.text)
-                tokens.append(event.token)
-                origins.append(event.level)
-                if not args.json:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-            elif isinstance(event, Stats):
-                stats = event
+            messages = attachments.system_messages(args.system, attachments.system_note(files))
+            answer = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
         if args.json:
-            print(json.dumps({"text": "".join(pieces), "tokens": tokens, "levels": origins,
-                              "roles": pipeline.roles, "stats": asdict(stats)}))
+            answer.finish()
+            print(json.dumps({"text": answer.text, "tokens": answer.tokens, "levels": answer.levels,
+                              "roles": pipeline.roles, "stats": asdict(answer.stats)}))
         else:
+            for event in answer:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
             sys.stdout.write("\n")
         if args.stats:
-            print(format_stats(stats), file=sys.stderr)
+            print(format_stats(answer.stats), file=sys.stderr)
     return 0
 
 

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from assistant.serve import protocol
-from assistant.speculative.events import Stats
+from assistant.speculative.events import Generation
 from assistant.serve.generations import DONE, Generations, QueueFull, Started
 from assistant.serve.guard import BrowserGuard
 from assistant.serve.protocol import ApiError
@@ -246,7 +246,7 @@ class Answer:
     def __init__(self, shape, model_name: str, roles: list[str]):
         self.shape, self.roles = shape, roles
         self.base = {"id": protocol.new_id(shape.id_prefix), "created": protocol.now(), "model": model_name}
-        self.pieces: list[str] = []
+        self.text = ""  # the whole answer, once it has ended
         self.stats = None
         self.error: ApiError | None = None
         self.done = False
@@ -257,12 +257,11 @@ class Answer:
             self.done = True
         elif isinstance(event, ApiError):
             self.error = event
-        elif isinstance(event, Stats):
-            self.stats = event
-            if event.stop_reason == "cancelled":  # only a client still listening sees this: we are stopping
+        elif isinstance(event, Generation):
+            self.text, self.stats = event.text, event.stats
+            if self.stats.stop_reason == "cancelled":  # only a client still listening sees this: we are stopping
                 self.error = ApiError(503, "the answer was cut short: the server is shutting down", code="shutdown")
         elif event.text:
-            self.pieces.append(event.text)
             return self.chunk([self.shape.piece(event.text)], include_usage)
         return None
 
@@ -286,7 +285,7 @@ class Answer:
 
     def whole(self) -> dict:
         reason = protocol.finish_reason(self.stats)
-        return {**self.base, "object": self.shape.object, "choices": [self.shape.whole("".join(self.pieces), reason)],
+        return {**self.base, "object": self.shape.object, "choices": [self.shape.whole(self.text, reason)],
                 "usage": protocol.usage(self.stats), "speculation": protocol.speculation(self.stats, self.roles)}
 
 

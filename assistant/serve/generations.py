@@ -1,9 +1,9 @@
 """One generation at a time on the loaded model set, the rest waiting in a bounded first-in-first-out queue.
 
 A llama.cpp context serves one sequence at a time, so a single thread owns the pipeline: it loads it, then
-takes jobs in arrival order. Each job's events travel back to the asyncio loop through its own queue; a
-job whose client left is cancelled (the pipeline checks between verification rounds) or, still waiting,
-simply removed."""
+takes jobs in arrival order. Each job's events (Started, the TokenEvents, the finished Generation or an
+ApiError, then DONE) travel back to the asyncio loop through its own queue; a job whose client left is
+cancelled (the pipeline checks between verification rounds) or, still waiting, simply removed."""
 
 from __future__ import annotations
 
@@ -178,8 +178,10 @@ class Generations:
             temperature = self.default_temperature if request.temperature is None else request.temperature
             sampling = Sampling(temperature, request.top_k, request.top_p, request.seed)
             job.emit(Started(len(prompt)))
-            for event in pipeline.generate(prompt, sampling, max_tokens, request.stop, job.cancelled):
+            answer = pipeline.generate(prompt, sampling, max_tokens, request.stop, job.cancelled)
+            for event in answer:
                 job.emit(event)
+            job.emit(answer)  # finished: the whole answer and its Stats
             if job.cancelled.is_set():
                 self.cancelled_count += 1
         except ApiError as error:

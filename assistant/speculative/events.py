@@ -1,8 +1,10 @@
-"""What a generation yields: one TokenEvent per accepted token, then exactly one Stats record."""
+"""What a generation gives its consumer: one TokenEvent per accepted token as it comes, then the whole answer
+with its Stats, both through one Generation."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generator
 
 STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled", "context")
 
@@ -49,3 +51,45 @@ class Stats:
     shapes: dict[str, int] = field(default_factory=dict)  # chain shape ("target<-draft") -> target rounds in it
     predicted: dict[str, float] = field(default_factory=dict)  # shape -> predicted seconds per token, at the end
     prompt_seconds: float = 0.0  # of ``seconds``: evaluating the prompt, in every level that does, before drafting
+
+
+class Generation:
+    """One answer being generated: iterate it for the TokenEvents as they are accepted; once it has run out it
+    holds the whole answer (text, token ids, the level of each, Stats). Every consumer reads these instead of
+    sorting a stream of mixed events itself.
+
+    ``events`` yields the TokenEvents and returns the Stats (a generator's return value), so the two never
+    share one stream."""
+
+    def __init__(self, events: Generator[TokenEvent, None, Stats]):
+        self._events = events
+        self.tokens: list[int] = []
+        self.levels: list[int] = []  # per token, the level that proposed it
+        self.pieces: list[str] = []  # per token, its text
+        self.stats: Stats | None = None  # set once the generation has ended
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> TokenEvent:
+        if self.stats is not None:
+            raise StopIteration
+        try:
+            event = next(self._events)
+        except StopIteration as end:
+            self.stats = end.value
+            raise StopIteration from None
+        self.tokens.append(event.token)
+        self.levels.append(event.level)
+        self.pieces.append(event.text)
+        return event
+
+    def finish(self) -> "Generation":
+        """Run to the end, for a consumer that wants only the whole answer."""
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)

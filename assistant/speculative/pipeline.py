@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Iterator
 
 from assistant.errors import AssistantError
 from assistant.speculative.chain import Chain
 from assistant.speculative.policy import make_policy
-from assistant.speculative.events import LevelStats, Sampling, Stats, TokenEvent
+from assistant.speculative.events import Generation, LevelStats, Sampling, Stats, TokenEvent
 from assistant.speculative.levels import ModelLevel, NgramLevel
 from assistant.speculative.stopping import StopStrings
 
@@ -73,15 +72,16 @@ class Pipeline:
 
     # --- generation -------------------------------------------------------------------------------
     def chat(self, messages: list[dict], sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
-             cancel=None) -> Iterator[TokenEvent | Stats]:
+             cancel=None) -> Generation:
         """Stream the answer to a conversation; the target GGUF's chat template makes the prompt."""
         from assistant.engine.chat_template import chat_prompt_tokens
 
         return self.generate(chat_prompt_tokens(self.target, messages), sampling, max_tokens, stop, cancel)
 
     def generate(self, prompt, sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
-                 cancel=None) -> Iterator[TokenEvent | Stats]:
-        """Stream the continuation of ``prompt`` (text or token ids): TokenEvents, then one Stats."""
+                 cancel=None) -> Generation:
+        """Stream the continuation of ``prompt`` (text or token ids): iterate for the TokenEvents, then read the
+        whole answer and its Stats from the Generation."""
         tokens = self.prompt_tokens(prompt)
         if len(tokens) >= self.n_ctx:
             raise AssistantError(
@@ -92,7 +92,7 @@ class Pipeline:
             stop = [stop]
         if max_tokens < 0:
             raise AssistantError(f"max_tokens must be 0 or more, not {max_tokens}")
-        return self._generate(tokens, sampling, max_tokens, stop, cancel)
+        return Generation(self._generate(tokens, sampling, max_tokens, stop, cancel))
 
     def tokenize(self, text: str) -> list[int]:
         return self.target.tokenize(text, add_special=True, parse_special=True)
@@ -163,7 +163,7 @@ class Pipeline:
             for token_id, origin, piece in tail:
                 yield TokenEvent(token_id, piece, origin)
         seconds = time.perf_counter() - began
-        yield self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before)
+        return self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before)
 
     def _stats(self, prompt, new_tokens, seconds, prompt_seconds, reason, decode_before) -> Stats:
         """Per-level counts and times, the chain shapes used (rounds each) and the policy's predictions."""
