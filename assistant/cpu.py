@@ -1,4 +1,5 @@
-"""What this CPU is and what our kernels make of it: one reader of /proc/cpuinfo, one kernel description.
+"""What this CPU is and what our kernels make of it: one reader of /proc/cpuinfo, the kernel paths a description
+(engine/backend.py asks the loaded backend for it) names, and the warnings they call for.
 
 Every figure we report names the CPU class beside it, since our kernels take different instruction paths
 on an AVX2 laptop, an AVX-512 or AMX server and an ARM64 machine.
@@ -6,7 +7,6 @@ on an AVX2 laptop, an AVX-512 or AMX server and an ARM64 machine.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 from dataclasses import dataclass
@@ -74,30 +74,6 @@ def this_cpu() -> Cpu:
     model = first.get("model name") or first.get("Model") or platform.processor() or platform.machine()
     flags = first.get("flags") or first.get("Features") or ""
     return Cpu(model, frozenset(flags.split()), platform.machine())
-
-
-def kernel_description() -> str:
-    """What the patched CPU backend in use says of our kernels, e.g. "mxfp4=avx2 bf16=avx2".
-
-    Raises LookupError when the installed llama-cpp-python is not our build.
-    """
-    from assistant.engine import devices
-
-    library = devices.cpu_backend_library()
-    try:
-        describe = ctypes.CDLL(str(library)).assistant_kernels_describe  # the loaded copy: same file
-    except AttributeError:
-        raise LookupError(f"{library} does not export assistant_kernels_describe") from None
-    describe.restype = ctypes.c_char_p
-    return describe().decode()
-
-
-def llama_cpu_variant() -> str:
-    """llama.cpp's CPU variant in use ("haswell"), or "native" for the -march=native build: speed figures
-    name it beside our kernels, so that the portable and native builds can be compared."""
-    from assistant.engine import devices
-
-    return devices.cpu_variant(devices.cpu_backend_library()) or "native"
 
 
 def kernel_paths(description: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pytest
 from assistant.bench import llamacpp, remote, runner, summary
 from assistant.bench.workloads import DEFAULT_MODELS, DEFAULT_PROMPTS
 from assistant.cli import main
-from assistant.engine import devices
+from assistant.engine import backend
 from assistant.errors import AssistantError
 from native import build
 
@@ -95,9 +95,9 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
     assert result.seconds > result.prompt_seconds > 0 and result.prompt_tokens == answer.stats.prompt_tokens
     assert 0 < answer.stats.prompt_seconds < answer.stats.seconds
     assert result.text.startswith(ours) and len(ours) > 0
-    if devices.cpu_variants():  # the program sees only the variant named: the plainest answers alike, none fails
+    if backend.cpu_variants():  # the program sees only the variant named: the plainest answers alike, none fails
         with pytest.MonkeyPatch.context() as patch:
-            variants = devices.cpu_variants()
+            variants = backend.cpu_variants()
             patch.setenv("ASSISTANT_CPU_VARIANT", "x64" if "x64" in variants else variants[0])
             plain = llamacpp.run(build.tools_dir(), workload.target, workload.mxfp4, prompt, 24, 4, threads=1)
             patch.setenv("ASSISTANT_CPU_VARIANT", "pentium")

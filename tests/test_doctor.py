@@ -102,9 +102,9 @@ def test_a_named_cpu_variant_is_loaded_instead_of_the_best_and_a_wrong_name_is_o
 
     if build.flavour() == "native":
         pytest.skip("the native flavour has no variants")
-    from assistant.engine import devices
+    from assistant.engine import backend
 
-    baseline = "x64" if platform.machine() == "x86_64" else devices.cpu_variants()[0]
+    baseline = "x64" if platform.machine() == "x86_64" else backend.cpu_variants()[0]
     row = line(doctor(ASSISTANT_CPU_VARIANT=baseline).stdout, "CPU variant")
     assert re.fullmatch(rf"CPU variant\s+{baseline} \(libggml-cpu-{baseline}\.so, named by ASSISTANT_CPU_VARIANT; "
                         r"of \d+\)", row), row

@@ -205,9 +205,9 @@ print(json.dumps(out))
 def test_every_cpu_variant_carries_our_kernels_choosing_by_cpuid():
     """The portable build: our kernels are in every CPU variant, and in each that runs on this CPU they take
     the same paths as in the variant llama.cpp chose, since they decide by CPUID, not by the variant."""
-    from assistant.engine import devices
+    from assistant.engine import backend
 
-    variants = sorted(devices.lib_dir().glob("libggml-cpu-*.so"))
+    variants = sorted(backend.lib_dir().glob("libggml-cpu-*.so"))
     if not variants:
         pytest.skip("a build without CPU variants (ASSISTANT_NATIVE_FLAVOUR=native)")
     probe = subprocess.run([sys.executable, "-c", VARIANT_PROBE, *map(str, variants)], capture_output=True, text=True,
@@ -215,7 +215,7 @@ def test_every_cpu_variant_carries_our_kernels_choosing_by_cpuid():
     assert probe.returncode == 0, probe.stderr[-2000:]
     described = json.loads(probe.stdout)
     runnable = {Path(path).name: text for path, text in described.items() if text is not None}
-    chosen = devices.cpu_backend_library().name
+    chosen = backend.cpu_backend_library().name
     assert chosen in runnable and len(runnable) >= 2, runnable
     assert set(runnable.values()) == {runnable[chosen]}, runnable
 
@@ -225,9 +225,9 @@ def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
     """One build for every CPU: under qemu-x86_64 as a Nehalem (SSE4.2, no AVX), llama.cpp loads its sse42
     variant, our kernels step aside for the stock ones (they have no path there), and the greedy answer is the
     one this CPU gives."""
-    from assistant.engine import devices
+    from assistant.engine import backend
 
-    if not devices.cpu_variants():
+    if not backend.cpu_variants():
         pytest.skip("a build without CPU variants (ASSISTANT_NATIVE_FLAVOUR=native)")
     assistant = [sys.executable, "-m", "assistant"]
     nehalem = ["qemu-x86_64", "-cpu", "Nehalem", *assistant]
@@ -285,14 +285,14 @@ def test_llama_cpp_on_its_own_loads_a_model_and_generates_as_upstreams_does(tiny
 
 def test_our_engine_keeps_the_backends_llama_cpp_loaded():
     """Importing llama_cpp loaded the CPU variant and RPC; the engine runs on them, loading nothing twice."""
-    from assistant.engine import devices
+    from assistant.engine import backend
 
-    code = ("import ctypes, llama_cpp; from assistant.engine import devices; "
-            "count = devices._loaded('libggml').ggml_backend_reg_count; count.restype = ctypes.c_size_t; "
-            "cpu = lambda: devices._library_holding(devices._ggml()[1].ggml_backend_reg_by_name(b'CPU')); "
-            "print(count(), cpu()); devices.cpu_backend_library(); print(count(), cpu())")
+    code = ("import ctypes, llama_cpp; from assistant.engine import backend; "
+            "count = backend._loaded('libggml').ggml_backend_reg_count; count.restype = ctypes.c_size_t; "
+            "cpu = lambda: backend._library_holding(backend.ggml_functions()[1].ggml_backend_reg_by_name(b'CPU')); "
+            "print(count(), cpu()); backend.cpu_backend_library(); print(count(), cpu())")
     clean = {name: value for name, value in os.environ.items() if not name.startswith("ASSISTANT_")}
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=clean, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     at_import, in_use = run.stdout.splitlines()
-    assert at_import == in_use and at_import.startswith("2 ") and Path(in_use.split()[1]).parent == devices.lib_dir()
+    assert at_import == in_use and at_import.startswith("2 ") and Path(in_use.split()[1]).parent == backend.lib_dir()

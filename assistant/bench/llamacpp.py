@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from assistant.engine import devices
+from assistant.engine import backend
 from assistant.errors import AssistantError
 
 PROGRAM = "llama-speculative-simple"
@@ -83,13 +83,13 @@ def _program_dir(bin_dir: Path):
     """Where to run the program from: ``bin_dir``, or under ASSISTANT_CPU_VARIANT a copy of it holding only
     that CPU variant. ggml picks a variant among the libraries beside the executable it finds in /proc/self/exe,
     so the program is copied there (a link would resolve back) and the rest linked."""
-    variant = devices.forced_variant()
+    variant = backend.forced_variant()
     if not variant:
         yield bin_dir
         return
     with tempfile.TemporaryDirectory(prefix="assistant-variant-") as view:
         for path in bin_dir.iterdir():
-            if path.name.startswith(devices.CPU_LIBRARY_PREFIX + "-") and devices.cpu_variant(path) != variant:
+            if path.name.startswith(backend.CPU_LIBRARY_PREFIX + "-") and backend.cpu_variant(path) != variant:
                 continue
             if path.name == PROGRAM:
                 shutil.copy2(path, view)

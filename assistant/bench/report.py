@@ -22,8 +22,10 @@ def machine() -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
             "cpu": this.model, "cpu_class": this.kind}
     try:
-        info["kernels"] = cpu.kernel_description()
-        info["cpu_variant"] = cpu.llama_cpu_variant()
+        from assistant.engine import backend
+
+        info["kernels"] = backend.kernel_description()
+        info["cpu_variant"] = backend.llama_cpu_variant()
     except (ImportError, LookupError):
         info["kernels"] = "unknown"
     try:

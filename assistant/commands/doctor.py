@@ -33,10 +33,10 @@ def cpu_variant_text(library: Path, variant: str, count: int) -> str:
     this CPU)"; the native flavour has one, for the CPU that compiled it."""
     if not variant:
         return f"none: one build for the machine that compiled it ({library.name})"
-    from assistant.engine import devices
+    from assistant.engine import backend
 
-    if devices.forced_variant():
-        return f"{variant} ({library.name}, named by {devices.VARIANT_VARIABLE}; of {count})"
+    if backend.forced_variant():
+        return f"{variant} ({library.name}, named by {backend.VARIANT_VARIABLE}; of {count})"
     return f"{variant} ({library.name}, the best of {count} for this CPU)"
 
 
@@ -57,16 +57,16 @@ def run(args) -> int:
     try:
         import llama_cpp
 
-        from assistant.engine import backend, devices
+        from assistant.engine import backend
 
         row("llama-cpp-python", f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})")
         backend.llama()
         info = llama_cpp.llama_print_system_info().decode().strip()
         row("llama.cpp build", info)
         try:
-            library = devices.cpu_backend_library()
-            row("CPU variant", cpu_variant_text(library, devices.cpu_variant(library), len(devices.cpu_variants())))
-            description = cpu.kernel_description()
+            library = backend.cpu_backend_library()
+            row("CPU variant", cpu_variant_text(library, backend.cpu_variant(library), len(backend.cpu_variants())))
+            description = backend.kernel_description()
             paths = cpu.kernel_paths(description)
             fast = [kind for kind, path in paths.items() if path not in ("stock", "scalar")]
             row("our kernels", f"{description} ({'active' if fast else 'not in use'})")

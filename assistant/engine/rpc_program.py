@@ -15,9 +15,9 @@ PROGRAM = "ggml-rpc-server"
 def _program_dir() -> Path:
     """Beside llama.cpp's libraries in the bundle (packaging/), else among our native build's tools."""
     if getattr(sys, "frozen", False):
-        from assistant.engine import devices
+        from assistant.engine import backend
 
-        return devices.lib_dir()
+        return backend.lib_dir()
     from native import build
 
     return build.tools_dir()

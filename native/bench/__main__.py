@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from assistant import cpu
+from assistant.engine import backend
 from native import bench
 from native.bench import models
 
@@ -36,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
               "build": directory.name}
     this = cpu.this_cpu()
     report["cpu"] = {"model": this.model, "class": this.kind}
-    report["kernels"] = cpu.kernel_description()
-    report["cpu_variant"] = cpu.llama_cpu_variant()
+    report["kernels"] = backend.kernel_description()
+    report["cpu_variant"] = backend.llama_cpu_variant()
     widens = any(f"bf16={path}" in report["kernels"] for path in ("avx2", "neon"))  # not AMX, not 512-bit FMAs
     report["summary"] = bench.summary(run, bf16_widens=widens)
     report["invariance"] = bench.check_invariance(tool, kernels=args.kernels.split(","))

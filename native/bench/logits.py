@@ -17,7 +17,7 @@ import numpy as np
 
 def kernels_description() -> str:
     """What our kernels say of themselves ("" for a build without them)."""
-    from assistant.cpu import kernel_description
+    from assistant.engine.backend import kernel_description
 
     try:
         return kernel_description()
