@@ -55,6 +55,25 @@ def test_a_remote_target_answers_as_the_local_one_and_as_the_chain_with_it(bench
     assert remote_chain == remote_alone == local_alone and len(remote_alone) == 48
 
 
+def test_a_frozen_app_runs_its_remote_worker_as_its_own_program_with_the_engine_flag(bench_gguf, rpc_endpoint,
+                                                                                      tmp_path, monkeypatch):
+    """A bundle has no `python -m`: the engine starts the worker as the bundle's program with its flag, and the
+    program's entry point (assistant.cli) must answer that flag by becoming the worker."""
+    import sys
+
+    program = tmp_path / "assistant"  # stands in for the bundle's program
+    program.write_text(f"#!{sys.executable}\nimport sys\nsys.frozen = True\nfrom assistant.cli import main\n"
+                       "raise SystemExit(main())\n")
+    program.chmod(0o755)
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=512) as local:
+        local_alone = answer(local)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(program))
+    assert remote.worker_command() == [str(program), remote.WORKER_FLAG]
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=512, target_rpc=rpc_endpoint) as alone:
+        assert answer(alone) == local_alone
+
+
 def test_an_unreachable_rpc_server_is_a_clear_error(bench_gguf):
     with pytest.raises(AssistantError, match=r"cannot reach the RPC server at 127\.0\.0\.1:\d+ .*ggml-rpc-server"):
         Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"127.0.0.1:{free_port()}")
