@@ -55,7 +55,7 @@ TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rp
 COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF", "-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]
 FLAVOURS = {
     # every CPU variant llama.cpp defines for the architecture (14 on x86-64, from plain x86-64 to AMX): each
-    # is ggml's CPU code alone (about 60 s of one core's compiling); our kernels are compiled once for all
+    # is ggml's CPU code alone; our kernels are compiled once for all
     "portable": ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"],
     "native": ["-DGGML_NATIVE=ON"],
 }

@@ -18,8 +18,8 @@ struct TileConfig {
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads a 64-byte block");
 
 // GCC's _tile_loadconfig (12 and 13 at least) tells the compiler that LDTILECFG reads 8 bytes of the
-// block, so it may drop the stores to the rest as dead: the MXFP4 path's configuration reached the CPU as
-// zeros past the palette and LDTILECFG faulted (SIGSEGV on a Xeon, GCC 12). This one names all 64 bytes.
+// block, so it may drop the stores to the rest as dead and the first tile load faults. This one names all
+// 64 bytes.
 inline void load_config(const TileConfig & config) { asm volatile("ldtilecfg %0" : : "m"(config)); }
 
 // GCC's tile loads do not say that they read memory either: vector stores into a buffer that a tile load

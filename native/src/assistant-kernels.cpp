@@ -180,10 +180,7 @@ const char * buft_get_name(ggml_backend_buffer_type_t) { return "CPU_ASSISTANT";
 // Every token streams the whole buffer from memory: on 4 KB pages that is a TLB miss (a page walk) every
 // 4 KB read, on 2 MB pages one every 2 MB. So the buffer asks Linux for transparent huge pages (honoured
 // under THP "madvise" and "always", the distributions' defaults) over the 2 MB-aligned part of it, before
-// anything is written there. Measured on the Xeon (2 threads, alternated with the build before, llama-bench
-// on the padded demo target): its MXFP4 copy takes 15.8 ms a token instead of 17.5 on the Xeon's own paths,
-// 18 instead of 19 on the AVX2 paths; the BF16 target, already streaming near the bandwidth, is unchanged
-// within the VM's noise. Where Linux refuses, only that speed is lost.
+// anything is written there (notes/kernels.md has the gain). Where Linux refuses, only that speed is lost.
 void ask_for_huge_pages(void * base, size_t size) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr uintptr_t kHuge  = uintptr_t(2) << 20;

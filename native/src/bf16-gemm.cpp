@@ -31,8 +31,8 @@ using assistant_amx::TileConfig;
 namespace {
 
 constexpr int kTile = BF16_TILE_ROWS;
-// Software prefetch this far ahead in the weight stream: without it DRAM time and compute time added up
-// at N = 8 on the 2-core Xeon we measured (5.5 GB/s); 4 KB ahead they overlap (~10 GB/s, close to N = 1).
+// Software prefetch this far ahead in the weight stream: with the hardware prefetchers alone, DRAM time and
+// compute time add up in a batch of several columns; 4 KB ahead they overlap.
 constexpr int kPrefetchBytes = 4096;
 
 inline float widen(uint16_t v) {
@@ -77,16 +77,11 @@ void tile_scalar(const uint16_t * tile, int R, int64_t K, const Column * cols, i
 }
 
 #ifdef BF16_X86
-// How a pass prefetches the weight lines it reads 4 KB further on (measured on the Xeon, each path forced,
-// 2 threads, 1.2 GB):
-//   L2    the batch's only pass (N <= 3), which reads each line once and waits on memory: into L2 (T1) rather
-//         than L1, N = 1/2/3 took 39/43/44 ms instead of 42/55/48 on AVX2, 38/40/43 instead of 38/52/50 on
-//         AVX-512. A prefetch into L1 seems to hold a fill buffer for the whole trip to DRAM.
-//   None  AVX2, a batch of 4 or 5 columns (two passes, still waiting on memory): the next chunk's lines, fetched
-//         into L2 during the pass before, are all it needs; a prefetch into L1 as well made N = 4/5 take
-//         49/59 ms instead of 48/54 with K = 512, 55/62 instead of 49/54 with K = 16384.
-//   L1    every other pass (prompts, batches of 6 and more), which is compute-bound and reads its lines
-//         again from L2: T1 slowed them by up to 40%, and no prefetch N = 6 by 6-24%.
+// How a pass prefetches the weight lines it reads 4 KB further on (notes/kernels.md has the measurements):
+//   L2    the batch's only pass (N <= 3) waits on memory, and a prefetch into L1 holds a fill buffer for the
+//         whole trip to DRAM.
+//   None  AVX2, 4 or 5 columns: the next chunk's lines, fetched into L2 during the pass before, are enough.
+//   L1    every other pass (prompts, 6 columns and more) is compute-bound and reads its lines again from L2.
 enum class Fetch { L1, L2, None };
 
 template <int NC, Fetch FETCH = Fetch::L1>
@@ -145,7 +140,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(cons
 // 64-bit broadcast of the column's two values feeds both: its lanes are exactly the even and odd
 // accumulators of the common arithmetic, added pairwise at the end (vhaddps puts the 8 rows in order).
 // Against splitting even and odd values into separate vectors this saves a broadcast per two FMAs, and
-// the instruction stream was what held the FMA ports back (A/B on the AVX2-only EPYC).
+// the instruction stream is what holds the FMA ports back on AVX2-only CPUs.
 
 // A pass covers the value pairs [begin, end) of K: a batch that takes several passes over a tile goes
 // through K in chunks (see tile_avx2), keeping its accumulators in state between chunks; storing and
@@ -161,12 +156,10 @@ struct Pass {
 };
 
 // The same pointer, opaque to the optimiser, for passes over both halves (2 or 3 columns): GCC would
-// otherwise merge the halves' loads of one broadcast. With 3 columns that keeps three broadcasts live and
-// spills two accumulators to the stack; with 2 it spills nothing, yet N = 2 took 41 ms instead of 34.5 for
-// 1.2 GB (and 54 instead of 48.5 on the padded bench target's shapes: 16% and 11%, AVX2 forced on the Xeon,
-// huge pages), slower than N = 1 and N = 3. The passes over one half do not use it: it costs a register
-// move per load, and with 6 columns the loop is already at the 6 instructions a cycle that Zen 3 dispatches
-// (N = 8 took 12% longer with it).
+// otherwise merge the halves' loads of one broadcast, which spills accumulators with 3 columns and, even
+// without spills, made 2 columns slower than 1 or 3. The passes over one half do not use it: it costs a
+// register move per load, and with 6 columns the loop is already at the dispatch width of the CPUs we
+// measured.
 inline const float * unmerged(const float * p) {
     __asm__ volatile("" : "+r"(p));
     return p;
@@ -255,20 +248,20 @@ constexpr int kAvx2Columns = 6;
 int group_passes(int nc) { return nc <= 3 ? 1 : 2; }
 
 // Value pairs per chunk of K when a batch takes several passes over a tile: 16 rows x 2048 values = 64 KB of
-// weights, so a chunk and the next one being fetched stay in L2 whatever K is. Measured on the EPYC
-// (N = 8..16): 1024 pairs beat 64..512 by 2-8%, and 2048 gained nothing more.
+// weights, so a chunk and the next one being fetched stay in L2 whatever K is (smaller chunks were slower,
+// larger ones no faster).
 constexpr int64_t kChunkPairs = 1024;
 // Value pairs between two rounds of prefetching the next chunk: a round takes several lines at once where a
 // pass has more than one to fetch every few pairs, so the loop is not cut into pieces of 1 or 2 pairs (a
-// line every pair, addressed by a multiply, cost 10% of the multiply-adds on the Xeon).
+// line every pair, addressed by a multiply, costs more than the prefetch gains).
 constexpr int64_t kAheadSpan = 16;
 
 // One 16-row tile against N columns on AVX2; next is the following tile's weights (null for none). A
 // verification batch (2 < N <= 16) takes several passes over each part of the tile. Whole-K passes fetched
-// the tile from DRAM in the first pass only, and the memory bus sat idle through the others (N = 8 cost
-// 1.7x N = 1, though its FMA work alone takes about as long as reading the weights). In chunks, every pass
-// prefetches its share of the next chunk, so DRAM streams the whole time (N = 8: 1.25-1.4x N = 1). Prompts
-// keep whole-K passes: they are compute-bound, and there the columns are what needs the cache.
+// the tile from DRAM in the first pass only, and the memory bus sat idle through the others, though the FMA
+// work of 8 columns takes about as long as reading the weights. In chunks, every pass prefetches its share of
+// the next chunk, so DRAM streams the whole time. Prompts keep whole-K passes: they are compute-bound, and
+// there the columns are what needs the cache.
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint16_t * tile, const char * next, int64_t K,
                                                    const Column * cols, int64_t N, float * dst,
                                                    int64_t dst_stride, int R) {

@@ -18,8 +18,8 @@ enum { BF16_TILE_ROWS = 16 };
 // Instruction paths; bf16_set_path() lets tests compare them. Returns the path in use after the call.
 // The scalar, AVX2, AVX-512 and NEON paths widen bf16 weights to f32 and run the same fma sequence, so they agree
 // bit for bit. The AVX512-BF16 path (vdpbf16ps) rounds its pairwise dot products differently; it is not
-// the default because on the Xeon we measured (Emerald Rapids) vdpbf16ps issues about once per two
-// cycles, so widening plus two FMA ports is faster once several columns share the weights.
+// the default because vdpbf16ps issues at half the rate of FMA on the CPUs we measured, so widening plus
+// two FMA ports is faster once several columns share the weights.
 enum bf16_path {
     BF16_PATH_AUTO        = 0,
     BF16_PATH_SCALAR      = 1,

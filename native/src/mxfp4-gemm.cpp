@@ -34,9 +34,8 @@ constexpr int kTile   = MXFP4_TILE_ROWS;
 constexpr int kBlock  = MXFP4_BLOCK;
 constexpr int kOffset = 12;
 constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-// Software prefetch this far ahead in the weight stream. Measured on the 2-core Xeon (Emerald Rapids VM):
-// with the hardware prefetchers alone, DRAM time and compute time simply added up at N = 8 (5 GB/s);
-// 4 KB ahead lets them overlap (8.5 GB/s, close to N = 1). 2 KB and 8 KB were slightly worse.
+// Software prefetch this far ahead in the weight stream: with the hardware prefetchers alone, DRAM time and
+// compute time add up in a batch of several columns; 4 KB ahead they overlap (2 KB and 8 KB did less well).
 constexpr int kPrefetchBytes = 4096;
 // The AMX path takes batches of this many columns or more (vpdpbusd is as fast below; see tile_amx).
 constexpr int kAmxMinColumns = 9;
@@ -55,8 +54,8 @@ const float * scale_table() {
 
 #ifdef MXFP4_X86
 // Denormals are flushed while we compute. An all-zero block has E8M0 exponent 0, a scale of 2^-128, and every
-// multiply by such a subnormal takes a microcode assist: the zero-padded memory-bound bench model decoded at
-// 11 GB/s instead of ~27 before this. Values that small contribute nothing a float sum can hold.
+// multiply by such a subnormal takes a microcode assist, which slowed zero-padded weights to a fraction of the
+// bandwidth. Values that small contribute nothing a float sum can hold.
 struct FlushDenormals {
     unsigned saved = _mm_getcsr();
     FlushDenormals() { _mm_setcsr(saved | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
@@ -123,11 +122,9 @@ inline int32_t load_i32(const int8_t * p) {
 }
 
 // A block's lines kPrefetchBytes ahead. ALONE: the batch is 1 or 2 columns in one pass, so a weight line feeds
-// little work and the loop waits on memory: prefetching into L2 (T1) rather than L1 let the cores stream more
-// (Xeon, 2 threads, 1.28 GB: the AVX2 path N = 1/2 50/59 ms instead of 63/65, AVX512-VNNI N = 1 44 ms instead
-// of 59). With more columns the loop is compute-bound and wants its lines in L1: T1 there cost 3-7%; so does a
-// later group of a bigger batch, which reads the tile again from cache. The kernels take ALONE as a template
-// argument (see kAlone).
+// little work and the loop waits on memory: prefetching into L2 (T1) rather than L1 lets the cores stream more.
+// With more columns the loop is compute-bound and wants its lines in L1; so does a later group of a bigger
+// batch, which reads the tile again from cache. The kernels take ALONE as a template argument (see kAlone).
 template <bool ALONE>
 inline void prefetch_ahead(const uint8_t * blk) {
 #    pragma GCC unroll 5
@@ -209,7 +206,7 @@ __attribute__((target("avx2,fma"))) inline void add_block(const __m256i (&s)[2][
 }
 
 // AVX-VNNI for one column: one half after the other, its 8 expanded vectors in registers (the one-pass shape
-// below measured 10% slower for a single column on the Xeon).
+// below is slower for a single column).
 template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni_halves(const uint8_t * tile, int64_t nb,
                                                                       const Column * cols, float (*out)[kTile]) {
@@ -269,9 +266,8 @@ __attribute__((target("avx2"))) inline void store_columns(const __m256 (&acc)[NC
 }
 
 // AVX-VNNI from two columns: as the AVX2 path below (both halves in one pass, each broadcast serving both,
-// up to 6 columns), vpdpbusd doing the four multiplies and the widening. Measured on the Xeon (AVX-VNNI
-// forced, 2 threads, 1.1 GB), N = 1/2/4/8/16: 54/54/60/97/175 ms against 53/58/71/110/186 ms with one
-// half after the other and 4 columns a pass, which a single column keeps.
+// up to 6 columns), vpdpbusd doing the four multiplies and the widening: faster from 2 columns than one half
+// after the other with 4 columns a pass, which a single column keeps.
 template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * tile, int64_t nb, const Column * cols,
                                                                float (*out)[kTile]) {
@@ -310,12 +306,7 @@ __attribute__((target("avx2,fma,avxvnni"))) void tile_avxvnni(const uint8_t * ti
 // Both halves of a block are expanded together and each broadcast activation group serves both: the tile
 // is read once per pass instead of twice, and a column costs half the broadcasts. The 16 expanded vectors
 // do not all fit in registers beside up to 12 accumulators, so the compiler reloads some from the stack
-// (L1) for each column; that costs less than a second pass. Measured on the EPYC (Zen 3, 2 threads, 1.1 GB,
-// against one half after the other with 4 columns a pass): N = 1 0.77-0.85x the time, N = 2 0.73x, N = 6
-// 0.82x, N = 16 0.94x. Compute-bound, a column costs ~21 cycles per 16-row block (L1-resident); Zen 3 runs
-// vpmaddubsw and vpmaddwd on two pipes (vcvtdq2ps and vfmadd compete for them), so its 20 multiplies
-// bound it at 10. A loop of exactly one column's instructions on L1 data alone takes ~15 cycles (17.7 when
-// each weight load serves two columns), so the expansion and spills cost the rest; ~25% at most is left.
+// (L1) for each column; that costs less than a second pass (notes/kernels.md has the cycle budget).
 template <int NC, bool ALONE = false>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t nb, const Column * cols,
                                                    float (*out)[kTile]) {
@@ -352,14 +343,13 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t * tile, int64_t
 
 #    ifdef MXFP4_AMX
 // AMX-INT8, for batches of 9 or more columns: there vpdpbusd (64 multiply-adds a cycle) makes the kernel
-// compute-bound, a batch of 16 costing 4.7x one column in L2. One TDPBSSD multiplies up to 16 columns'
+// compute-bound. One TDPBSSD multiplies up to 16 columns'
 // 32 activations by a block of 16 rows: the 8 expanded weight vectors of the block, as signed doubled
 // values (no +12 offset, so no bias term), are exactly its B tile (row c = values 4c..4c+3 of every row).
 // They pass through a buffer into a tile; the int32 sums come back through memory into the same float
 // steps as the vector paths, so every path gives the same bits and a column's result does not depend on
 // which path its batch took. The per-32 scales cap the gain: every block needs its own multiply (half a
-// TDPBSSD's depth), a store of its sums and the float steps. Measured on the padded bench model's shapes,
-// 2 threads, L2-resident: 25-35% faster than vpdpbusd from 9 to 64 columns, equal at 8, slower below.
+// TDPBSSD's depth), a store of its sums and the float steps, so vpdpbusd stays as fast up to 8 columns.
 // Tiles: 0-1 results (columns x 16 rows of int32), 2-3 activations (columns x 32 int8), 4-5 weights.
 
 // ``columns`` rows in the result and activation tiles: a batch of N <= 16 loads and stores only N rows.
