@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from assistant.speculative.measurements import BatchCost
+from assistant.speculative.plan import Batch, Drafting, RoundRecord
 from assistant.speculative.policy import (MAX_DRAFT, AdaptivePolicy, ConstantLength, make_policy, shape_name)
 
 
@@ -24,6 +25,15 @@ def judge(rng: random.Random, drafted: int, acceptance: float) -> int:
     return accepted
 
 
+def record_verify(policy, level, batch, seconds, drafted, accepted, drafter, exhausted=False):
+    """One verification, recorded as a round of its own."""
+    policy.record(RoundRecord(batches=[Batch(level, batch, seconds, drafter, drafted, accepted, exhausted)]))
+
+
+def record_draft(policy, level, tokens, seconds):
+    policy.record(RoundRecord(drafts=[Drafting(level, tokens, seconds)]))
+
+
 class Machine:
     """Levels with a batch cost each (``cost[i](n)`` seconds) and a true acceptance per (verifier, drafter);
     runs rounds exactly as chain.py nests them and keeps the simulated clock."""
@@ -35,32 +45,42 @@ class Machine:
         self.clock = 0.0
         self.proposes = proposes or {}  # level -> the most it can draft this time, f(rng) (an n-gram match)
 
-    def produce(self, policy, level: int, count: int, limit: int) -> int:
-        """At least ``count``, at most ``limit`` tokens from ``level`` (chain.py's ``_produce``)."""
-        if policy.drafter(level) is None:  # drafting alone, one token per evaluation
+    def run(self, policy, plan, room: int = 1 << 20) -> int:
+        """One target round of ``plan``, recorded to ``policy`` (chain.py's ``step``): 1 to ``room`` tokens."""
+        record = RoundRecord()
+        made = self.verify(plan, 0, room, record)
+        policy.record(record)
+        return made
+
+    def produce(self, plan, at: int, count: int, limit: int, record) -> int:
+        """At least ``count``, at most ``limit`` tokens from ``plan.shape[at]`` (chain.py's ``_produce``)."""
+        level = plan.shape[at]
+        if at == len(plan.shape) - 1:  # drafting alone, one token per evaluation
             if level in self.proposes:
                 count = min(count, self.proposes[level](self.rng))
             seconds = count * self.cost[level](1)
             self.clock += seconds
-            policy.record_draft(level, count, seconds)
+            record.drafts.append(Drafting(level, count, seconds))
             return count
         made = 0
         while made < count:
-            made += self.verify(policy, level, limit - made)
+            made += self.verify(plan, at, limit - made, record)
         return made
 
-    def verify(self, policy, level: int, room: int = 1 << 20) -> int:
-        """One verification by ``level``: 1 to ``room`` tokens (chain.py's ``_round``)."""
-        drafter = policy.drafter(level)
-        wanted = min(policy.draft_length(level), room - 1) if drafter is not None else 0
+    def verify(self, plan, at: int, room: int, record) -> int:
+        """One verification by ``plan.shape[at]``: 1 to ``room`` tokens (chain.py's ``_verify``)."""
+        level = plan.shape[at]
+        drafter = plan.shape[at + 1] if at + 1 < len(plan.shape) else None
+        wanted = min(plan.lengths[at], room - 1) if drafter is not None else 0
         drafted = 0
         if wanted > 0:
-            drafted = self.produce(policy, drafter, wanted, min(policy.verify_room(level, wanted), room - 1))
+            drafted = self.produce(plan, at + 1, wanted, min(plan.rooms[at], room - 1), record)
         seconds = self.cost[level](drafted + 1)
         self.clock += seconds
         accepted = judge(self.rng, drafted, self.acceptance[level, drafter]) if drafted else 0
         exhausted = drafter in self.proposes and drafted < wanted  # only a limited proposer runs out
-        policy.record_verify(level, drafted + 1, seconds, drafted, accepted, drafter if wanted > 0 else None, exhausted)
+        record.batches.append(Batch(level, drafted + 1, seconds, drafter if wanted > 0 else None, drafted, accepted,
+                                    exhausted))
         return accepted + 1
 
     def generate(self, policy, generations=6, tokens=128) -> float:
@@ -70,8 +90,7 @@ class Machine:
             policy.begin_generation()
             made = 0
             while made < tokens:
-                policy.begin_round([0] * len(self.cost))
-                made += self.verify(policy, 0, tokens - made)
+                made += self.run(policy, policy.plan([0] * len(self.cost)), tokens - made)
         return (self.clock - began) / (generations * tokens)
 
 
@@ -79,12 +98,7 @@ class FixedShape(ConstantLength):
     """A fixed pipeline of the bench: only ``shape``'s levels, k drafts each."""
 
     def __init__(self, length, n_levels, shape):
-        super().__init__(length, n_levels)
-        self.shape = shape
-
-    def drafter(self, level):
-        position = self.shape.index(level)
-        return self.shape[position + 1] if position + 1 < len(self.shape) else None
+        super().__init__(length, n_levels, shape=shape)
 
 
 TARGET = step_cost(16, 0.050)  # memory-bound BF16 target: flat to 16 tokens
@@ -165,12 +179,12 @@ def test_a_limited_drafter_is_predicted_from_what_it_yields_per_request():
     rejections (a = 12/14), it looked like 10.1 ms a token at k = 7, and k = 7 was chosen."""
     policy = AdaptivePolicy(2, limited=[1])
     for batch in range(1, 17):
-        policy.record_verify(0, batch, step_cost(8, 0.050)(batch), 0, 0, None)
-    policy.record_draft(1, 1, 1e-6)
+        record_verify(policy, 0, batch, step_cost(8, 0.050)(batch), 0, 0, None)
+    record_draft(policy, 1, 1, 1e-6)
     for request in range(40):
         drafted = 12 * (request % 2)
-        policy.record_verify(0, drafted + 1, 0.050 if drafted < 8 else 0.100, drafted, drafted, 1, exhausted=True)
-    seconds, lengths = policy.predict((0, 1))
+        record_verify(policy, 0, drafted + 1, 0.050 if drafted < 8 else 0.100, drafted, drafted, 1, exhausted=True)
+    seconds, lengths = policy.model.predict((0, 1))
     assert seconds == pytest.approx(0.075 / 7, rel=0.03) and lengths[0] >= 12  # (acceptance is capped at 0.995)
 
 
@@ -184,15 +198,14 @@ def test_a_pair_never_run_is_run_within_a_few_rounds_whatever_its_prior():
         policy = AdaptivePolicy(len(cost), limited=[3])
         machine = Machine(cost, acceptance, seed, proposes={3: matches_of_any_length})
         policy.begin_generation()
-        policy.begin_round([0] * len(cost))  # the first round runs every level
-        machine.verify(policy, 0)
+        machine.run(policy, policy.plan([0] * len(cost)))  # the first round runs every level
         for _ in range(3):
-            policy.record_verify(1, 1, 0.015, 0, 0, 2)
+            record_verify(policy, 1, 1, 0.015, 0, 0, 2)
         rounds = []
         for _ in range(4):
-            policy.begin_round([0] * len(cost))
-            rounds.append(policy.shape)
-            machine.verify(policy, 0)
+            plan = policy.plan([0] * len(cost))
+            rounds.append(plan.shape)
+            machine.run(policy, plan)
         assert any((0, 2) in zip(shape, shape[1:]) for shape in rounds), (seed, rounds)
 
 
@@ -204,9 +217,9 @@ def test_a_slow_level_costs_a_few_rounds_then_is_left_out():
     with_mxfp4 = 0
     for _ in range(20):
         machine.generate(policy, generations=1)
-        with_mxfp4 += sum(rounds for shape, rounds in policy.used.items() if 1 in shape)
+        with_mxfp4 += sum(rounds for shape, rounds in policy.explorer.used.items() if 1 in shape)
     assert with_mxfp4 <= 2
-    assert 1 not in policy.used.most_common(1)[0][0]
+    assert 1 not in policy.explorer.used.most_common(1)[0][0]
 
 
 def next_answer_shapes(policy, machine: Machine, rounds: int) -> list[tuple]:
@@ -214,9 +227,9 @@ def next_answer_shapes(policy, machine: Machine, rounds: int) -> list[tuple]:
     policy.begin_generation()
     shapes = []
     for _ in range(rounds):
-        policy.begin_round([0] * len(machine.cost))
-        shapes.append(policy.shape)
-        machine.verify(policy, 0)
+        plan = policy.plan([0] * len(machine.cost))
+        shapes.append(plan.shape)
+        machine.run(policy, plan)
     return shapes
 
 
@@ -228,7 +241,7 @@ def test_each_generation_relearns_acceptance():
     for seed in range(10):
         policy = AdaptivePolicy(len(cost))
         Machine(cost, GOOD | {(0, 2): 0.95}, seed).generate(policy, generations=2)
-        assert policy.used.most_common(1)[0][0][:2] == (0, 2)
+        assert policy.explorer.used.most_common(1)[0][0][:2] == (0, 2)
         rounds = next_answer_shapes(policy, Machine(cost, USELESS_DRAFT, seed), 12)
         with_draft.append(sum(2 in shape for shape in rounds))
         late += sum(2 in shape for shape in rounds[-4:])
@@ -247,7 +260,7 @@ def probe_rounds(seed: int) -> list[tuple]:
 def test_each_generation_probes_its_pairs_on_its_own_text(monkeypatch):
     """Without probes the last answer's verdict on the small draft stands and it is not re-run; with them it
     is run within the first rounds, found good, and kept. Ten seeds."""
-    from assistant.speculative import policy as module
+    from assistant.speculative import exploration as module
 
     pairs = lambda shape: set(zip(shape, shape[1:]))  # noqa: E731
     for seed in range(10):
@@ -272,15 +285,15 @@ def test_a_lagging_level_is_explored_only_while_its_catch_up_is_cheap():
         """Levels of the shapes run other than the best predicted one."""
         levels = Counter()
         for _ in range(rounds):
-            policy.begin_round(behind)
-            if policy.shape != min(policy.predicted, key=policy.predicted.get):
-                levels.update(policy.shape)
+            shape = policy.plan(behind).shape
+            if shape != min(policy.predicted, key=policy.predicted.get):
+                levels.update(shape)
         return levels
 
     levels = explored([0, 60, 50, 0])
     assert levels[2] and not levels[1], levels
     assert not explored([0, 200, 200, 0])[2]  # 200 ms at 1 ms a token
-    policy.record_catch_up(2, 100, 0.020)  # 0.2 ms a token: 40 ms
+    policy.record(RoundRecord(batches=[Batch(2, 100, 0.020)]))  # a catch-up batch, 0.2 ms a token: 40 ms
     assert explored([0, 200, 200, 0])[2]
 
 
@@ -289,9 +302,9 @@ def run_two_levels(policy, cost, acceptance, rounds=300, draft_seconds=0.001, se
     machine = Machine([cost, lambda batch: draft_seconds], {(0, 1): acceptance}, seed)
     chosen = []
     for _ in range(rounds):
-        policy.begin_round([0, 0])
-        chosen.append(policy.draft_length(0))
-        machine.verify(policy, 0)
+        plan = policy.plan([0, 0])
+        chosen.append(plan.lengths[0] if plan.lengths else None)  # None: the target alone
+        machine.run(policy, plan)
     return chosen
 
 
@@ -318,10 +331,10 @@ def test_explores_past_the_sizes_seen():
     """A level that only ever verified batches of 1..5 at high acceptance tries a longer draft."""
     policy = AdaptivePolicy(2)
     for batch in range(1, 6):
-        policy.record_draft(1, batch - 1, 0.001 * (batch - 1))
-        policy.record_verify(0, batch, 0.02, batch - 1, batch - 1, 1)
-    policy.begin_round([0, 0])
-    assert policy.shape == (0, 1) and policy.draft_length(0) >= 10
+        record_draft(policy, 1, batch - 1, 0.001 * (batch - 1))
+        record_verify(policy, 0, batch, 0.02, batch - 1, batch - 1, 1)
+    plan = policy.plan([0, 0])
+    assert plan.shape == (0, 1) and plan.lengths[0] >= 10
 
 
 def test_unmeasured_sizes_are_predicted_optimistically():
@@ -337,14 +350,12 @@ def test_unmeasured_sizes_are_predicted_optimistically():
 def test_batch_cost_forgets():
     """A size that became cheap is re-learnt, through the policy's own records."""
     policy = AdaptivePolicy(2)
-    run_two_levels(policy, step_cost(8), acceptance=0.9)
-    assert policy.draft_length(0) == 7
+    assert run_two_levels(policy, step_cost(8), acceptance=0.9)[-1] == 7
     for _ in range(30):
-        policy.record_draft(1, MAX_DRAFT, MAX_DRAFT * 0.001)
-        policy.record_verify(0, MAX_DRAFT + 1, 0.02, MAX_DRAFT, MAX_DRAFT, 1)
-    assert policy.cost[0].seconds(MAX_DRAFT + 1) < 0.022
-    policy.begin_round([0, 0])
-    assert policy.draft_length(0) == MAX_DRAFT
+        record_draft(policy, 1, MAX_DRAFT, MAX_DRAFT * 0.001)
+        record_verify(policy, 0, MAX_DRAFT + 1, 0.02, MAX_DRAFT, MAX_DRAFT, 1)
+    assert policy.model.cost[0].seconds(MAX_DRAFT + 1) < 0.022
+    assert policy.plan([0, 0]).lengths[0] == MAX_DRAFT
 
 
 def test_acceptance_counts_only_judged_drafts():
@@ -352,25 +363,25 @@ def test_acceptance_counts_only_judged_drafts():
     policy = AdaptivePolicy(2)
     rng = random.Random(1)
     for _ in range(400):
-        policy.record_verify(0, 9, 0.02, 8, judge(rng, 8, 0.9), 1)
-    assert policy.acceptance(0, 1) == pytest.approx(0.9, abs=0.04)
+        record_verify(policy, 0, 9, 0.02, 8, judge(rng, 8, 0.9), 1)
+    assert policy.model.acceptance(0, 1) == pytest.approx(0.9, abs=0.04)
 
 
 def test_an_unmeasured_pair_is_estimated_from_the_steps_between():
     policy = AdaptivePolicy(3)
     for _ in range(50):
-        policy.record_verify(0, 5, 0.02, 4, 4, 1)
-        policy.record_verify(1, 5, 0.01, 4, 1, 2)
-    assert policy.acceptance(0, 2) == pytest.approx(policy.acceptance(1, 2))
-    assert policy.acceptance(0, 2) < 0.6
+        record_verify(policy, 0, 5, 0.02, 4, 4, 1)
+        record_verify(policy, 1, 5, 0.01, 4, 1, 2)
+    assert policy.model.acceptance(0, 2) == pytest.approx(policy.model.acceptance(1, 2))
+    assert policy.model.acceptance(0, 2) < 0.6
 
 
 def test_constant_and_factory():
-    constant = ConstantLength(8, 3)
-    assert [constant.drafter(level) for level in range(3)] == [1, 2, None]
-    assert constant.draft_length(0) == 8
+    plan = ConstantLength(8, 3).plan([0, 0, 0])
+    assert plan.shape == (0, 1, 2)
+    assert plan.lengths == (8, 8)
     assert isinstance(make_policy("adaptive", 3), AdaptivePolicy)
-    assert make_policy("5", 2).draft_length(1) == 5
+    assert make_policy("5", 2).plan([0, 0]).lengths == (5,)
 
 
 @pytest.mark.parametrize("chunk,room", [(8, 7), (16, 15)])
@@ -379,22 +390,22 @@ def test_verify_room_extends_to_the_end_of_the_chunk(chunk, room):
     policy = AdaptivePolicy(2)
     cost = step_cost(chunk)
     for batch in range(1, 17):
-        policy.record_verify(0, batch, cost(batch), batch - 1, batch - 1, 1)
-    assert policy.verify_room(0, 3) == room
-    assert policy.verify_room(0, 9) == 15  # batches 10..16 cost what 10 does under either kernel
-    assert ConstantLength(8, 2).verify_room(0, 8) == 8
+        record_verify(policy, 0, batch, cost(batch), batch - 1, batch - 1, 1)
+    assert policy.model.room(0, 3) == room
+    assert policy.model.room(0, 9) == 15  # batches 10..16 cost what 10 does under either kernel
+    assert ConstantLength(8, 2).plan([0, 0]).rooms == (8,)
 
 
 def test_stop_threshold_follows_the_price_of_a_draft_token():
     """A draft token that is cheap beside the verification it may save is drafted at lower confidence."""
     policy = AdaptivePolicy(3)
-    policy.record_verify(0, 1, 0.050, 0, 0, None)  # the target: 50 ms a batch
-    policy.record_verify(1, 1, 0.004, 0, 0, None)  # a middle level hardly dearer than the draft
-    policy.record_draft(2, 10, 0.010)  # 1 ms a draft token
-    assert policy.stop_threshold(0, 2, 0.3) == pytest.approx(0.05)
-    assert policy.stop_threshold(1, 2, 0.3) == 0.3
-    assert policy.stop_threshold(0, 2, 0.0) == 0.0
-    assert ConstantLength(8, 3).stop_threshold(0, 1, 0.3) == 0.3
+    record_verify(policy, 0, 1, 0.050, 0, 0, None)  # the target: 50 ms a batch
+    record_verify(policy, 1, 1, 0.004, 0, 0, None)  # a middle level hardly dearer than the draft
+    record_draft(policy, 2, 10, 0.010)  # 1 ms a draft token
+    assert policy.model.stop_threshold(0, 2, 0.3) == pytest.approx(0.05)
+    assert policy.model.stop_threshold(1, 2, 0.3) == 0.3
+    assert policy.model.stop_threshold(0, 2, 0.0) == 0.0
+    assert ConstantLength(8, 3, confidence=0.3).plan([0, 0, 0]).stop_below == 0.3
 
 
 def test_report_names_shapes_and_predictions():
@@ -402,7 +413,7 @@ def test_report_names_shapes_and_predictions():
     policy = AdaptivePolicy(len(cost))
     Machine(cost, acceptance).generate(policy, generations=1)
     report = policy.report(["target", "mxfp4", "draft", "ngram"])
-    assert sum(report["shapes"].values()) == sum(policy.used.values())
+    assert sum(report["shapes"].values()) == sum(policy.explorer.used.values())
     assert len(report["predicted"]) == 8 and "target" in report["predicted"]
     assert list(report["predicted"].values()) == sorted(report["predicted"].values())
     assert shape_name(["target", "mxfp4", "draft"], (0, 2)) == "target<-draft"

@@ -115,20 +115,16 @@ class SwitchShapes(ConstantLength):
 
     SHAPES = ((0, 2), (0, 1, 2), (0,), (0, 1))
 
-    def begin_round(self, behind):
-        super().begin_round(behind)
-        self.shape = self.SHAPES[self.rounds % len(self.SHAPES)]
-
-    def drafter(self, level):
-        position = self.shape.index(level)
-        return self.shape[position + 1] if position + 1 < len(self.shape) else None
+    def plan(self, behind):
+        self.shape = self.SHAPES[(self.rounds + 1) % len(self.SHAPES)]
+        return super().plan(behind)
 
 
 def test_sampling_stays_exact_when_the_chain_changes_shape_within_a_generation(bench_gguf, reference):
     prompt, distribution = reference
     paths = [bench_gguf[name] for name in ("target_bf16", "target_mxfp4", "draft_bf16")]
     with Pipeline.load(paths, n_ctx=256, draft_length=2) as pipeline:
-        pipeline.chain.configured_policy = SwitchShapes(2, 3)
+        pipeline.policy = SwitchShapes(2, 3, pipeline.policy.confidence)
         counts, proposed = sample_counts(pipeline, prompt)
         stats = pipeline.generate(prompt, sampling=Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=1),
                                   max_tokens=LENGTH).finish().stats

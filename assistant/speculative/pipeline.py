@@ -8,9 +8,9 @@ from pathlib import Path
 
 from assistant.errors import AssistantError
 from assistant.speculative.chain import Chain
-from assistant.speculative.policy import make_policy
 from assistant.speculative.events import Generation, LevelStats, Sampling, Stats, TokenEvent
 from assistant.speculative.levels import ModelLevel, NgramLevel
+from assistant.speculative.policy import for_sampling, make_policy
 from assistant.speculative.stopping import StopStrings
 
 DEFAULT_CONFIDENCE = 0.3
@@ -25,8 +25,8 @@ class Pipeline:
         self.n_ctx = n_ctx
         self.roles = [level.role for level in levels]
         limited = [index for index, level in enumerate(levels) if not level.is_model]
-        self.chain = Chain(levels, make_policy(draft_length, len(levels), limited), n_shared, n_ctx, confidence,
-                           accept)
+        self.policy = make_policy(draft_length, len(levels), limited, confidence)
+        self.chain = Chain(levels, n_shared, n_ctx, accept)
         self._running = None
 
     @classmethod
@@ -122,7 +122,8 @@ class Pipeline:
         began = time.perf_counter()
         decode_before = [_decode_seconds(level) for level in self.levels]
         chain = self.chain
-        chain.start(TokenSequence(prompt), sampling)
+        policy = for_sampling(self.policy, sampling)
+        chain.start(TokenSequence(prompt), sampling, policy)
         prompt_seconds = time.perf_counter() - began
         text = TextStream(self.target)
         stops = StopStrings(stop)
@@ -163,9 +164,9 @@ class Pipeline:
             for token_id, origin, piece in tail:
                 yield TokenEvent(token_id, piece, origin)
         seconds = time.perf_counter() - began
-        return self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before)
+        return self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy)
 
-    def _stats(self, prompt, new_tokens, seconds, prompt_seconds, reason, decode_before) -> Stats:
+    def _stats(self, prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy) -> Stats:
         """Per-level counts and times, the chain shapes used (rounds each) and the policy's predictions."""
         levels = []
         for level, before in zip(self.levels, decode_before):
@@ -174,7 +175,7 @@ class Pipeline:
             stats.mean_accepted_length = (stats.accepted + level.rounds) / level.rounds if level.rounds else 0.0
             stats.seconds = _decode_seconds(level) - before
             levels.append(LevelStats(**vars(stats)))
-        report = self.chain.policy.report(self.roles)
+        report = policy.report(self.roles)
         return Stats(levels, new_tokens, len(prompt), seconds, new_tokens / seconds if seconds > 0 else 0.0, reason,
                      report["shapes"], report["predicted"], prompt_seconds)
 
@@ -216,6 +217,7 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: s
     levels = []
     try:
         for index, (role, model) in enumerate(roles_and_models):
+            # drafters skip CPU flash attention, which takes one query at a time; the plain graph batches a draft
             options = target_context_options() if index == 0 else {"flash_attention": False}
             if index == 0 and target_rpc is not None:
                 context = RemoteContext(model, target_rpc, n_ctx=n_ctx, threads=threads, **options)
@@ -231,19 +233,10 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: s
 
 
 def target_context_options() -> dict:
-    """How the target's context evaluates, so that plain decoding and verification round alike.
-
-    Stock llama.cpp is not batch-invariant in two places (see engine/context.py): a one-row matmul takes
-    another code path than a batched one, so the target never evaluates fewer than 2 rows (min_batch); and
-    CPU flash attention switches to a tiled kernel from 8 queries on, so the target uses the plain
-    attention graph (KQ and KQV matmuls, batched like the rest). ASSISTANT_TARGET_MIN_BATCH=1 saves the
-    extra row once the matmul kernels are batch-invariant. The bench's plain llama.cpp baseline sets
-    ASSISTANT_TARGET_MIN_BATCH=1 and ASSISTANT_TARGET_FLASH_ATTENTION=auto (llama.cpp's defaults).
-
-    The drafting levels also run without flash attention, for speed: CPU flash attention handles one query
-    at a time, so a batch of 8 costs far more than one token (bench model, MXFP4 copy: 38.8 ms vs 24.4 ms
-    for 8 tokens; small draft 10.8 vs 4.8 ms), while the plain graph batches the queries.
-    """
+    """How the target's context evaluates, so that plain decoding and verification round alike: stock llama.cpp
+    takes another path for a one-row matmul (so at least 2 rows) and a tiled CPU flash attention from 8 queries
+    on (so the plain attention graph). The environment switches give llama.cpp's defaults back (the bench's
+    baseline: ASSISTANT_TARGET_MIN_BATCH=1, ASSISTANT_TARGET_FLASH_ATTENTION=auto)."""
     flash = os.environ.get("ASSISTANT_TARGET_FLASH_ATTENTION", "off")  # "auto": llama.cpp's own choice
     return {"min_batch": max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2"))),
             "flash_attention": None if flash == "auto" else False}

@@ -1,0 +1,81 @@
+"""Which shape the adaptive policy runs next: the best predicted one, unless another is due to be measured.
+
+Predictions rest on measurements, and a shape never re-run is never re-measured, so three rules run a
+shape other than the best, each only while its levels can catch up on the tokens they missed for at most
+the price of CATCH_UP_BUDGET tokens of the target alone:
+- untried: a shape with a pair that never ran is run once while predicted at most UNTRIED_LIMIT times slower
+  than the best (its prediction rests on the steps between, and one bad early reading can sink it);
+- probes: acceptance differs from answer to answer far more than the last answer's small prior weight
+  admits, so each generation runs once, best first, every shape within PROBE_LIMIT of the best that has a
+  pair no shape of this generation had (a pair counts as covered once its shape ran, judged or not: a middle
+  level's drafter may not be asked in a round);
+- exploration: a shape predicted r times slower than the best is re-run once in EXPLORE_EVERY * r^3 target
+  rounds, never when r > EXPLORE_LIMIT.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast as the best (times r^3)
+EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
+CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
+SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
+UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
+PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
+
+
+class Explorer:
+    """The shapes run so far (over the policy's life and in this generation) and the choice of the next."""
+
+    def __init__(self, n_levels: int):
+        self.full = tuple(range(n_levels))
+        self.shapes = [(0, *(level for level in range(1, n_levels) if mask >> (level - 1) & 1))
+                       for mask in range(2 ** (n_levels - 1))]
+        self.shape = self.full
+        self.rounds = 0  # target rounds over the policy's life
+        self.last_run: dict[tuple, int] = {}
+        self.used: Counter = Counter()  # rounds per shape in this generation
+        self.tried: set[tuple[int, int]] = set()  # (verifier, drafter) pairs that have run
+
+    def begin_generation(self) -> None:
+        self.used.clear()
+
+    def next_shape(self, predicted: dict[tuple, float] | None, behind: list[int], model) -> tuple:
+        """The shape of the next target round; ``predicted`` None (a level not measured yet) runs them all.
+        ``behind[i]``: tokens level i lacks; ``model``: the cost model that prices their catching up."""
+        self.rounds += 1
+        shape = self.full if predicted is None else self._choose(predicted, behind, model)
+        self.shape = shape
+        self.last_run[shape] = self.rounds
+        self.used[shape] += 1
+        return shape
+
+    def _choose(self, predicted: dict[tuple, float], behind: list[int], model) -> tuple:
+        """The best predicted shape, a shape due for re-measurement, or (to spare a catch-up) the current one."""
+        def in_step(shape) -> bool:
+            return model.catch_up_seconds(shape, behind) <= CATCH_UP_BUDGET * model.alone_seconds(0)
+
+        ranked = sorted(predicted, key=predicted.get)
+        for shape in ranked:
+            if predicted[shape] > UNTRIED_LIMIT * predicted[ranked[0]]:
+                break
+            if not self.tried.issuperset(zip(shape, shape[1:])) and in_step(shape):
+                return shape
+        covered = {pair for shape in self.used for pair in zip(shape, shape[1:])}  # by this generation's shapes
+        for shape in ranked:
+            if predicted[shape] > PROBE_LIMIT * predicted[ranked[0]]:
+                break
+            if not covered.issuperset(zip(shape, shape[1:])) and in_step(shape):
+                return shape
+        best = ranked[0]
+        if (not in_step(best) and self.shape in predicted
+                and predicted[best] > (1 - SWITCH_MARGIN) * predicted[self.shape]):
+            best = self.shape
+        for shape in ranked[1:]:
+            ratio = predicted[shape] / predicted[ranked[0]]
+            if ratio > EXPLORE_LIMIT:
+                break
+            if self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3 and in_step(shape):
+                return shape
+        return best

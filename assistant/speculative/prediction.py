@@ -1,0 +1,169 @@
+"""The adaptive policy's cost model: seconds per target token of every shape, from what the levels measured.
+
+Two kinds of measurement (measurements.py): each level's cost of evaluating a batch of n tokens (and of
+drafting alone), and the acceptance of each (verifier, drafter) pair. A shape v0 <- v1 <- ... <- vm is
+predicted bottom up: vm costs what it measured per drafted token; a verifier v whose drafter costs c per
+token and is accepted with probability a picks the k minimising (cost_v(k + 1) + k c) / (1 + a + ... + a^k),
+and that minimum is v's own cost per token for the level above. A pair never measured is predicted from the
+steps between its levels (the smallest of their acceptances: optimistic, so that a promising shape gets tried).
+
+A *limited* drafter (the n-gram level) proposes only what its match holds, often less than asked: its pairs
+are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
+they waste and its long copied runs earn what they yield, instead of bending the acceptance.
+
+Costs describe the machine, so they persist between generations; acceptance describes the text, so each
+generation starts from the previous one's ratios at a small weight.
+"""
+
+from __future__ import annotations
+
+from assistant.speculative.measurements import BatchCost, Rate, Supply
+from assistant.speculative.plan import RoundRecord
+
+MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
+ROOM_TOLERANCE = 0.05  # a bigger batch counts as "the same price" within this fraction
+STOP_SCALE = 2.5  # stop_threshold: confidence needed per unit of (draft token's cost / verification's cost)
+PRIOR_ACCEPTANCE = 0.7  # an adjacent pair never measured
+SMOOTHING = 2.0  # judged drafts' worth of the prior behind a measured acceptance
+GENERATION_PRIOR = 4.0  # judged drafts' worth of the last generation's acceptance a new one starts from
+
+
+class CostModel:
+    """Measured costs and acceptance per level and pair, and the predictions drawn from them."""
+
+    def __init__(self, n_levels: int, max_length: int = MAX_DRAFT, decay: float = 0.95, limited=()):
+        self.n_levels = n_levels
+        self.max_length = max_length
+        self.cost = [BatchCost() for _ in range(n_levels)]  # evaluating and judging a batch, per level
+        self.drafting = [Rate(decay) for _ in range(n_levels)]  # seconds per token when drafting alone
+        self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
+        self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
+
+    def begin_generation(self) -> None:
+        for measured in (*self.pairs.values(), *self.supply.values()):
+            measured.shrink(GENERATION_PRIOR)
+
+    def learn(self, record: RoundRecord) -> None:
+        """Take in one round's batches and drafting times.
+
+        Drafts after the first rejected one were never judged (counting them as rejections would make a = 0.9
+        look like 0.6 at k = 8); a model drafter that proposed nothing (it stopped below its confidence
+        threshold) counts as one rejection. A limited drafter's tokens per request go to its ``Supply``
+        instead, and a request it could not fill counts as a rejection where its match ran out.
+        """
+        for batch in record.batches:
+            self.cost[batch.level].add(batch.size, batch.seconds)
+            if batch.drafter is None:
+                continue
+            judged = batch.drafted
+            if batch.drafter in self.supply:
+                self.supply[batch.drafter].add(batch.drafted, batch.exhausted)
+            else:
+                judged = max(batch.drafted, 1)
+            self.pairs[batch.level, batch.drafter].add(batch.accepted, batch.accepted + (batch.accepted < judged))
+        for drafting in record.drafts:
+            self.drafting[drafting.level].add(drafting.seconds, max(drafting.tokens, 1))
+
+    # --- what a plan needs besides the shape ------------------------------------------------------
+    def room(self, level: int, length: int) -> int:
+        """How many drafts ``level`` can verify for (about) the price of ``length``."""
+        cost = self.cost[level]
+        if not cost.known:
+            return length
+        budget = cost.seconds(length + 1) * (1 + ROOM_TOLERANCE)
+        room = length
+        while room < self.max_length and cost.seconds(room + 2) <= budget:
+            room += 1
+        return room
+
+    def stop_threshold(self, level: int, drafter: int, confidence: float) -> float:
+        """The top probability below which ``drafter`` stops drafting for ``level``: ``confidence`` at most,
+        lower when a draft token is cheap beside the verification it may save (a small draft under a
+        memory-bound target should keep going; under a verifier hardly dearer than itself, stop early)."""
+        rate = self.drafting[drafter]
+        cost = self.cost[level]
+        if not confidence or not cost.known or not rate.known:
+            return confidence
+        return min(confidence, STOP_SCALE * rate.value() / cost.seconds(1))
+
+    def catch_up_seconds(self, shape, behind: list[int]) -> float:
+        """What the levels of ``shape`` spend evaluating the tokens they missed, each in one batch at the
+        cheapest rate per token it has measured (a longer batch is no dearer per token on our kernels)."""
+        return sum(behind[level] * self.cost[level].cheapest_per_token()
+                   for level in shape[1:] if behind[level] > 1 and self.cost[level].known)
+
+    # --- predictions ------------------------------------------------------------------------------
+    def acceptance(self, level: int, drafter: int) -> float:
+        """The chance that ``level`` keeps a token ``drafter`` proposed, given it kept the ones before."""
+        prior = (PRIOR_ACCEPTANCE if drafter == level + 1 else
+                 min(self.acceptance(step, step + 1) for step in range(level, drafter)))
+        rate = self.pairs[level, drafter]
+        return min(rate.value(prior, SMOOTHING) if rate.known else prior, 0.995)  # never certain
+
+    def predictions(self, shapes) -> dict[tuple, tuple[float, dict[int, int]]] | None:
+        """``predict`` for every shape that can be predicted; None while the full chain cannot."""
+        predictions = {}
+        for shape in shapes:
+            predicted = self.predict(shape)
+            if predicted is None:
+                if shape == tuple(range(self.n_levels)):
+                    return None
+                continue
+            predictions[shape] = predicted
+        return predictions
+
+    def predict(self, shape) -> tuple[float, dict[int, int]] | None:
+        """Seconds per target token of ``shape`` and each verifier's draft length; None if not measured."""
+        per_token = self.alone_seconds(shape[-1])
+        if per_token is None:
+            return None
+        lengths = {}
+        for verifier, drafter in reversed(list(zip(shape, shape[1:]))):
+            if not self.cost[verifier].known:
+                return None
+            lengths[verifier], per_token = self._best_length(verifier, drafter, per_token)
+        return per_token, lengths
+
+    def alone_seconds(self, level: int) -> float | None:
+        """Seconds per token of ``level`` producing on its own (the target decoding one token at a time)."""
+        if level and self.drafting[level].known:
+            return self.drafting[level].value()
+        return self.cost[level].seconds(1) if self.cost[level].known else None
+
+    def _best_length(self, verifier: int, drafter: int, per_draft: float) -> tuple[int, float]:
+        """The draft length for ``verifier`` and the seconds per token it then achieves."""
+        acceptance = self.acceptance(verifier, drafter)
+        if drafter in self.supply:
+            return self._best_limited_length(verifier, drafter, per_draft, acceptance)
+        cost = self.cost[verifier]
+        best_k, best_seconds = 1, float("inf")
+        gain = power = 1.0  # expected tokens from k drafts, built up incrementally
+        for k in range(1, self.max_length + 1):
+            power *= acceptance
+            gain += power
+            seconds = (cost.seconds(k + 1) + k * per_draft) / gain
+            if seconds < best_seconds:
+                best_k, best_seconds = k, seconds
+        return best_k, best_seconds
+
+    def _best_limited_length(self, verifier: int, drafter: int, per_draft: float,
+                             acceptance: float) -> tuple[int, float]:
+        """As ``_best_length``, over the drafter's measured supply: asked for k, it yields n = min(k, what it
+        has) drafts, for a batch of n + 1 and 1 + a + ... + a^n expected tokens."""
+        cost = self.cost[verifier]
+        chance = self.supply[drafter].distribution(self.max_length)
+        spent = [cost.seconds(n + 1) + n * per_draft for n in range(self.max_length + 1)]
+        gains = [1.0]
+        for n in range(1, self.max_length + 1):
+            gains.append(gains[-1] + acceptance**n)
+        best_k, best_seconds = 1, float("inf")
+        short_spent = short_gain = 0.0  # over the requests whose supply is below k
+        filled = 1.0  # the chance that the supply fills a request for k
+        for k in range(1, self.max_length + 1):
+            short_spent += chance[k - 1] * spent[k - 1]
+            short_gain += chance[k - 1] * gains[k - 1]
+            filled -= chance[k - 1]
+            seconds = (short_spent + filled * spent[k]) / (short_gain + filled * gains[k])
+            if seconds < best_seconds:
+                best_k, best_seconds = k, seconds
+        return best_k, best_seconds
