@@ -12,7 +12,6 @@ from assistant import attachments, home, modelsets
 from assistant.chat import backend
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
-from assistant.ui import conversations, setting_changes
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen, DiffScreen
 from assistant.ui.screens.chat import ChatScreen
@@ -139,7 +138,7 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         for name in ("demo-copy", "demo", "demo-copy"):
-            setting_changes.switch_model_set(screen, name)
+            screen.settings_editor.switch_model_set(name)
         await settle(pilot)
         status = screen.query_one(StatusLine)
         assert most[0] == 1, "two model sets were loading at once"
@@ -261,7 +260,7 @@ async def test_backend_errors_show_as_messages_and_the_app_recovers(demo_set, tm
         errors = [view.content for view in screen.query(MessageView) if view.role == "error"]
         assert errors and "broken" in errors[-1]
         assert not screen.query(AnswerView)  # the empty answer is not kept
-        setting_changes.switch_model_set(screen, "demo")
+        screen.settings_editor.switch_model_set("demo")
         await settle(pilot)
         await pilot.press("ctrl+r")  # the question again, now with a working model set: the error goes
         await settle(pilot)
@@ -297,7 +296,7 @@ async def test_palette_help_and_conversation_management(demo_set):
         assert isinstance(app.screen, AskScreen)
         await pilot.press("ctrl+a", "ctrl+k", *"Adder", "enter")  # to the start, delete to the end, type
         await pilot.pause(0.1)
-        title = Store().conversation(screen.conversation.id).title
+        title = Store().conversation(screen.conversations.current_id).title
         assert title == "Adder"
         # search filters the list by message text
         screen.action_search_conversations()
@@ -307,7 +306,7 @@ async def test_palette_help_and_conversation_management(demo_set):
         await pilot.press(*["backspace"] * 12)
         assert screen.query_one("#conversation-options").option_count == 1
         # export
-        conversations.export(screen)
+        screen.conversations.export()
         (exported,) = (home.data_dir() / "exports").iterdir()
         assert exported.read_text().startswith(f"# {title}\n")
         # help lists the keys with their binding ids
@@ -315,7 +314,7 @@ async def test_palette_help_and_conversation_management(demo_set):
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         # delete, after confirming
-        conversations.delete(screen)
+        screen.conversations.delete()
         await pilot.pause(0.1)
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.click("#confirm")
@@ -436,20 +435,21 @@ async def test_add_a_glob_then_drop_one_and_all(demo_set, project, monkeypatch):
         bar = screen.query_one(AttachmentBar)
         assert not bar.display
         await enter(pilot, "/add *.py")
-        assert [a.name for a in bar.pending] == ["queue.py", "stack.py"] and bar.display
+        assert [a.name for a in screen.attachments.pending] == ["queue.py", "stack.py"] and bar.display
         shown = str(bar.render())
         assert "queue.py (1 line)" in shown and "stack.py (3 lines)" in shown and "context tokens left" in shown
-        tokens = len(screen.loader.pipeline.tokenize(bar.pending[1].render()))  # counted with the model's tokenizer
+        stack = screen.attachments.pending[1]
+        tokens = len(screen.loader.pipeline.tokenize(stack.render()))  # counted with the model's tokenizer
         assert f"stack.py (3 lines)  {tokens} tokens" in shown
         assert screen.query_one(PromptInput).text == "" and not Store().conversations()  # nothing sent
         await enter(pilot, "/drop queue.py")
-        assert [a.name for a in bar.pending] == ["stack.py"]
+        assert [a.name for a in screen.attachments.pending] == ["stack.py"]
         await enter(pilot, "/drop")
-        assert bar.pending == [] and not bar.display
+        assert screen.attachments.pending == [] and not bar.display
         await enter(pilot, "/add stack.py notes.txt")
         await enter(pilot, "What do these do?")
         await settle(pilot)
-        assert bar.pending == [] and not bar.display
+        assert screen.attachments.pending == [] and not bar.display
         conversation, _ = saved_messages()
         assert [s.attachment.name for s in Store().attachments(conversation.id)] == ["stack.py", "notes.txt"]
         assert "File `notes.txt`" in sent[-1][-1]["content"]
@@ -471,11 +471,11 @@ async def test_run_asks_first_and_attaches_output_and_exit_code(demo_set, projec
         assert isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.command == "touch ran.txt"
         await confirm(pilot, yes=False)  # refused: nothing runs
         await settle(pilot)
-        assert not (project / "ran.txt").exists() and bar.pending == []
+        assert not (project / "ran.txt").exists() and screen.attachments.pending == []
         await enter(pilot, "/run echo checked; ls *.py; exit 3")
         await confirm(pilot)
         await settle(pilot)
-        (output,) = bar.pending
+        (output,) = screen.attachments.pending
         assert (output.kind, output.exit_code, output.content) == ("command", 3, "checked\nqueue.py\nstack.py\n")
         assert ("warning", "echo checked; ls *.py; exit 3 exited with code 3; its output is attached.") in notes
         assert "$ echo checked; ls *.py; exit 3 (exit 3)" in str(bar.render())
@@ -493,21 +493,22 @@ async def test_a_command_that_never_ends_is_stopped_by_esc_or_its_timeout(demo_s
     async with chat_in(project) as (pilot, screen, notes):
         await enter(pilot, "!sleep 30")
         await confirm(pilot)
-        assert screen.runner.running
+        assert screen.attachments.runner.running
         began = time.monotonic()
         await pilot.press("escape")
         await settle(pilot)
-        assert time.monotonic() - began < 10 and not screen.runner.running
+        assert time.monotonic() - began < 10 and not screen.attachments.runner.running
         assert notes[-1][0] == "warning" and notes[-1][1].startswith("sleep 30: stopped by the user after ")
         bar = screen.query_one(AttachmentBar)
-        assert [(a.name, a.exit_code) for a in bar.pending] == [("sleep 30", None)]  # what it printed goes along
+        pending = screen.attachments.pending
+        assert [(a.name, a.exit_code) for a in pending] == [("sleep 30", None)]  # what it printed goes along
         screen.settings.command_timeout = 0.5
         await enter(pilot, "!sleep 30")
         await confirm(pilot)
         await settle(pilot)
         assert ("warning", "sleep 30: timed out: still running after 0.5 s, stopped; its output so far is attached "
                            "(/drop takes it out).") in notes
-        assert bar.pending[0].content == "[timed out: still running after 0.5 s, stopped]\n"
+        assert screen.attachments.pending[0].content == "[timed out: still running after 0.5 s, stopped]\n"
         assert "$ sleep 30 (stopped)" in str(bar.render())
         await ask(pilot)  # the chat goes on
         assert screen.query_one(AnswerView).text

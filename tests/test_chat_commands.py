@@ -13,9 +13,8 @@ from textual import events
 from assistant.chat import backend
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
-from assistant.ui import attaching
+from assistant.ui.components import attachments
 from assistant.ui.screens.ask import DiffScreen
-from assistant.ui.widgets.attachment_bar import AttachmentBar
 from assistant.ui.widgets.messages import AnswerView
 from assistant.ui.widgets.prompt_input import PromptInput
 from tests.test_attachments import process_gone, sparse_gigabyte
@@ -45,12 +44,12 @@ async def test_yes_for_ten_seconds_keeps_memory_bounded_and_its_last_output(demo
         await enter(pilot, "!yes")
         await confirm(pilot)
         before = peak = resident_bytes()
-        while screen.runner.running:
+        while screen.attachments.runner.running:
             peak = max(peak, resident_bytes())
             await pilot.pause(0.1)
         await settle(pilot)
         assert peak - before < 50 * 1024 * 1024
-        (output,) = screen.query_one(AttachmentBar).pending
+        (output,) = screen.attachments.pending
         head, _, tail = output.content.partition("\n")
         assert head.startswith("[… the first ") and head.endswith(" bytes cut …]")
         assert tail == "y\n" * (32 * 1024) + "[timed out: still running after 10 s, stopped]\n"
@@ -65,8 +64,8 @@ async def test_stopping_a_command_ends_the_children_it_left_in_the_background(de
         await until(pilot, lambda: (project / "child.pid").exists() and (project / "child.pid").read_text())
         await pilot.press("escape")
         await settle(pilot)
-        assert not screen.runner.running and process_gone(int((project / "child.pid").read_text()))
-        (output,) = screen.query_one(AttachmentBar).pending
+        assert not screen.attachments.runner.running and process_gone(int((project / "child.pid").read_text()))
+        (output,) = screen.attachments.pending
         assert output.content.startswith("started\n[stopped by the user after ")
 
 
@@ -101,7 +100,7 @@ async def meanwhile(condition, timeout=5.0):
 
 async def test_files_are_read_off_the_window_thread_which_keeps_taking_keys(demo_set, project, monkeypatch):
     reading, release, readers = threading.Event(), threading.Event(), []
-    read_file = attaching.read_file
+    read_file = attachments.read_file
 
     def slow_read(name, cwd):  # a file on a slow disk or network mount
         readers.append(threading.current_thread())
@@ -109,7 +108,7 @@ async def test_files_are_read_off_the_window_thread_which_keeps_taking_keys(demo
         release.wait(30)
         return read_file(name, cwd)
 
-    monkeypatch.setattr(attaching, "read_file", slow_read)
+    monkeypatch.setattr(attachments, "read_file", slow_read)
     async with chat_in(project) as (pilot, screen, _):
         prompt = screen.query_one(PromptInput)
         prompt.text = "Explain @stack.py"

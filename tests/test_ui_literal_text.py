@@ -17,7 +17,6 @@ from textual.widgets._toast import Toast
 from assistant.chat.codeblocks import code_blocks
 from assistant.chat.settings import ChatSettings
 from assistant.chat.store import Store, title_from
-from assistant.ui import conversations
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar
@@ -162,7 +161,7 @@ async def show_everywhere(text: str, directory: Path) -> None:
         await until(pilot, lambda: app.focused is dialog.query_one("#cancel", Button))
         await pilot.press("enter")
         await until(pilot, lambda: app.screen is screen)
-        assert not screen.runner.running
+        assert not screen.attachments.runner.running
 
         # palette entries: the system prompt in a help line, the answer's code in a title, found by a search
         await pilot.press("ctrl+p")
@@ -208,16 +207,16 @@ async def confirm_run_then_delete(directory: Path) -> None:
             await until(pilot, lambda: app.screen is screen)
             if attempt == "cancel with Enter":
                 await pilot.pause(0.2)
-                assert not screen.runner.running and screen.query_one(AttachmentBar).pending == []
-        await until(pilot, lambda: screen.query_one(AttachmentBar).pending)
-        (output,) = screen.query_one(AttachmentBar).pending
+                assert not screen.attachments.runner.running and screen.attachments.pending == []
+        await until(pilot, lambda: screen.attachments.pending)
+        (output,) = screen.attachments.pending
         assert (output.name, output.exit_code, output.content) == ("echo [/]", 0, "[/]\n")
         assert "$ echo [/] (exit 0)" in plain(screen.query_one(AttachmentBar).render())
 
         conversation = store.new_conversation()
         store.add_message(conversation.id, "user", "[/INST] keep me")
-        screen.refresh_conversations()
-        conversations.delete(screen, conversation.id)
+        screen.conversations.refresh_list()
+        screen.conversations.delete(conversation.id)
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query(".question"))
         dialog = app.screen
         assert plain(dialog.query_one(".question", Static).render()) == "Delete “[/INST] keep me” and all its messages?"

@@ -8,8 +8,8 @@ from textual.binding import Binding
 from assistant import home
 from assistant.chat import settings as chat_settings
 from assistant.chat.store import Store
-from assistant.ui.commands import ChatCommands
 from assistant.ui.literal import visible
+from assistant.ui.palette import ChatPalette
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
 
@@ -17,7 +17,7 @@ from assistant.ui.screens.help import HelpScreen
 class ChatApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "assistant"
-    COMMANDS = App.COMMANDS | {ChatCommands}
+    COMMANDS = App.COMMANDS | {ChatPalette}
     BINDINGS = [
         Binding("f1", "help", "Help", id="app.help"),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),

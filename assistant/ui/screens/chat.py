@@ -1,33 +1,37 @@
-"""The main screen: conversation list, messages, attachment bar, input, legend and status line, and the keys
-that drive them.
+"""The main screen: conversation list, messages, attachment bar, input, legend and status line, the keys
+that drive them, and the life of an answer from the message sent to the last piece shown.
 
-The work runs in components that report back with messages (``ModelLoader`` posts ``Loaded``, ``Answerer``
-posts ``Finished``), so the window stays responsive and a backend failure becomes a message, never a crash.
-Conversation management, settings changes and attachments have modules of their own
-(``assistant.ui.conversations``, ``assistant.ui.setting_changes``, ``assistant.ui.attaching``)."""
+What the chat keeps between messages lives in components the screen composes and hands its widgets to
+(``Conversations``, ``Attachments``, ``SettingsEditor``, ``CodeSaver`` in ``assistant.ui.components``).
+The slow work runs in widgets that report back with messages (``ModelLoader`` posts ``Loaded``, ``Answerer``
+posts ``Finished``), so the window stays responsive and a backend failure becomes a message, never a crash."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from assistant import modelsets
 from assistant.chat import backend
-from assistant.chat.settings import save as save_settings
-from assistant.chat.store import Conversation, Store
-from assistant.ui import attaching, conversations
+from assistant.chat.store import Store
+from assistant.ui import typed_commands
+from assistant.ui.components.attachments import Attachments, line
+from assistant.ui.components.code_saver import CodeSaver
+from assistant.ui.components.conversations import Conversations
+from assistant.ui.components.settings_editor import SettingsEditor
 from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.attachment_bar import AttachmentBar
-from assistant.ui.widgets.command_runner import CommandRunner
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.levels import legend
+from assistant.ui.widgets.message_column import MessageColumn
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.model_loader import ModelLoader
 from assistant.ui.widgets.prompt_input import PromptInput
@@ -60,11 +64,16 @@ class ChatScreen(Screen):
         super().__init__()
         self.resume = resume
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()  # what attached paths and commands are relative to
-        self.conversation: Conversation | None = None
         self.model_set: modelsets.ModelSet | None = None
+        self.sidebar = ConversationList(id="sidebar")
+        self.column = MessageColumn(id="messages")
+        self.bar = AttachmentBar(id="attachment-bar")
         self.loader = ModelLoader()
         self.answerer = Answerer(self.loader)
-        self.runner = CommandRunner()
+        self.conversations = Conversations(self.sidebar, self.column, self.answerer)
+        self.attachments = Attachments(self.bar, self.conversations, self.column, self.loader, self.cwd)
+        self.settings_editor = SettingsEditor(self.conversations, self.answerer, reload=self.load_models)
+        self.code_saver = CodeSaver(self.column, self.answerer, self.cwd)
 
     @property
     def store(self) -> Store:
@@ -76,22 +85,25 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
-            yield ConversationList(id="sidebar")
+            yield self.sidebar
             with Vertical(id="chat"):
-                with VerticalScroll(id="messages"):
+                with self.column:
                     yield Static(id="banner", markup=False)  # names the model set: not ours
                 yield Static(id="legend")
-                yield AttachmentBar(id="attachment-bar")
+                yield self.bar
                 yield PromptInput(cwd=str(self.cwd), id="prompt")
                 yield StatusLine(id="status")
         yield Footer()
         yield self.loader
         yield self.answerer
-        yield self.runner
+        yield self.conversations
+        yield self.attachments
+        yield self.settings_editor
+        yield self.code_saver
 
     async def on_mount(self) -> None:
         self.query_one("#legend").display = self.settings.speculation_view
-        self.query_one("#messages").anchor()
+        self.column.anchor()
         self.query_one(PromptInput).focus()
         self.query_one(StatusLine).directory = short_path(self.cwd)
         conversation_id = self.resume
@@ -99,8 +111,8 @@ class ChatScreen(Screen):
             latest = self.store.latest_conversation()
             conversation_id = latest.id if latest else None
         if conversation_id is not None:
-            await conversations.open_conversation(self, conversation_id)
-        self.refresh_conversations()
+            await self.conversations.open(conversation_id)
+        self.conversations.refresh_list()
         self.load_models()
 
     # the model set
@@ -139,55 +151,45 @@ class ChatScreen(Screen):
         self.query_one("#legend", Static).update(legend(list(pipeline.roles)))
         status.state = "ready"
         status.context = f"ctx {pipeline.context_used}/{pipeline.n_ctx}"
-        attaching.update_bar(self)  # counted with the tokenizer from now on
+        self.attachments.recount()  # counted with the tokenizer from now on
 
     # conversations
 
-    def refresh_conversations(self, search: str | None = None) -> None:
-        conversation_list = self.query_one(ConversationList)
-        if search is None:
-            search = conversation_list.query_one(Input).value
-        current = self.conversation.id if self.conversation else None
-        conversation_list.show(self.store.conversations(search), current)
-
     async def action_new_chat(self) -> None:
-        if self.busy():
-            return
-        self.conversation = None
-        await self.query_one("#messages").query(".message").remove()
-        attaching.update_bar(self)
-        self.refresh_conversations()
+        if not self.answerer.busy():
+            await self.conversations.close()
+
+    @on(Conversations.Switched)
+    def _switched(self) -> None:
+        self.attachments.recount()  # the context left depends on the conversation
         self.query_one(PromptInput).focus()
 
     def action_toggle_conversations(self) -> None:
-        sidebar = self.query_one(ConversationList)
-        sidebar.display = not sidebar.display
+        self.sidebar.display = not self.sidebar.display
 
     def action_search_conversations(self) -> None:
-        sidebar = self.query_one(ConversationList)
-        sidebar.display = True
-        sidebar.query_one(Input).focus()
+        self.sidebar.display = True
+        self.sidebar.query_one(Input).focus()
 
     @on(ConversationList.SearchChanged)
     def _search(self, event: ConversationList.SearchChanged) -> None:
-        self.refresh_conversations(event.query)
+        self.conversations.refresh_list(event.query)
 
     @on(ConversationList.Chosen)
     async def _chosen(self, event: ConversationList.Chosen) -> None:
-        if self.busy():
+        if self.answerer.busy():
             return
-        await conversations.open_conversation(self, event.conversation_id)
-        self.refresh_conversations()
-        self.query_one(PromptInput).focus()
+        await self.conversations.open(event.conversation_id)
+        self.conversations.refresh_list()
 
     @on(ConversationList.RenameRequested)
     def _rename_requested(self, event: ConversationList.RenameRequested) -> None:
         if type(event) is ConversationList.RenameRequested:  # not its subclass DeleteRequested
-            conversations.rename(self, event.conversation_id)
+            self.conversations.rename(event.conversation_id)
 
     @on(ConversationList.DeleteRequested)
     def _delete_requested(self, event: ConversationList.DeleteRequested) -> None:
-        conversations.delete(self, event.conversation_id)
+        self.conversations.delete(event.conversation_id)
 
     # sending and generating
 
@@ -196,37 +198,59 @@ class ChatScreen(Screen):
         await self.send(event.text)
 
     async def send(self, text: str) -> None:
-        if await attaching.command(self, text):
+        if await self.carry_out(text):
             return
-        if self.answerer.generating or self.runner.running:
-            attaching.restore(self, text)
+        if self.answerer.generating or self.attachments.runner.running:
+            self.restore_input(text)
             self.notify("Still answering: Esc stops it." if self.answerer.generating else
                         "A command is running: send once it ends, so that its output goes with your message "
                         "(Esc stops it).")
             return
-        attachments = await attaching.for_message(self, text)
+        attachments = await self.attachments.for_message(text)
         if attachments is None:
-            attaching.restore(self, text)
+            self.restore_input(text)
             return
-        if self.conversation is None:
-            self.conversation = self.store.new_conversation(
-                system_prompt=self.settings.system_prompt,
-                model_set=self.model_set.name if self.model_set else None)
-        message = self.store.add_message(self.conversation.id, "user", text, attachments=attachments,
+        conversation = self.conversations.current or self.conversations.start(
+            self.settings.system_prompt, self.model_set.name if self.model_set else None)
+        message = self.store.add_message(conversation.id, "user", text, attachments=attachments,
                                          directory=str(self.cwd))  # committed before generating
-        attaching.sent(self)
-        await self.query_one("#messages").mount(MessageView("user", text, message.id, attaching.line(attachments)))
-        self.refresh_conversations()
+        self.attachments.sent()
+        await self.column.add(MessageView("user", text, message.id, line(attachments)))
+        self.conversations.refresh_list()
         await self.start_answer()
 
+    async def carry_out(self, text: str) -> bool:
+        """Carry out ``text`` when it is a typed command (True), putting it back into the input when refused;
+        False leaves it to be sent as a message."""
+        command = typed_commands.parse(text)
+        if command is None:
+            return False
+        name, argument = command
+        handlers = {"add": self.attachments.add, "run": self.attachments.run, "drop": self.attachments.drop,
+                    "save": self.code_saver.save, "timeout": self.settings_editor.timeout}
+        if name in handlers:
+            done = handlers[name](argument)
+            if inspect.isawaitable(done):
+                done = await done
+        else:
+            self.notify(f"/{name}: no such command (there are {typed_commands.USAGE})", severity="warning")
+            done = False
+        if not done:
+            self.restore_input(text)
+        return True
+
+    def restore_input(self, text: str) -> None:
+        """Put ``text`` back into the input, to fix and send again."""
+        prompt = self.query_one(PromptInput)
+        prompt.text = text
+        prompt.move_cursor(prompt.document.end)
+
     async def start_answer(self) -> None:
-        conversation = self.store.conversation(self.conversation.id)
+        conversation = self.store.conversation(self.conversations.current_id)
         history = self.store.messages(conversation.id)
         answer = self.store.add_message(conversation.id, "assistant", "", complete=False)
         view = AnswerView(answer.id, speculation_view=self.settings.speculation_view)
-        messages = self.query_one("#messages", VerticalScroll)
-        await messages.mount(view)
-        messages.anchor()
+        await self.column.add(view)
         self.query_one(StatusLine).state = "answering…" if self.loader.ready.is_set() else "waiting for the model…"
         prompt = backend.chat_prompt(conversation.system_prompt, history, self.store.attachments(conversation.id),
                                      self.cwd)
@@ -250,57 +274,40 @@ class ChatScreen(Screen):
                 self.store.delete_message(view.message_id)
                 await view.remove()
             await self.show_error(message.error)
-        if self.conversation:
-            self.store.touch(self.conversation.id, self.model_set.name if self.model_set else None)
-            self.refresh_conversations()
+        self.conversations.answered(self.model_set.name if self.model_set else None)
 
     async def show_error(self, error: str) -> None:
         """An error is part of the conversation (saved, never sent to the model) or, with none open, a toast."""
-        if self.conversation is None:
+        if self.conversations.current is None:
             self.notify(error, title="Error", severity="error", timeout=10)
             return
-        message = self.store.add_message(self.conversation.id, "error", error)
-        await self.query_one("#messages").mount(MessageView("error", error, message.id))
-        self.query_one("#messages").anchor()
-
-    @on(CommandRunner.Ran)
-    def _ran(self, message: CommandRunner.Ran) -> None:
-        attaching.ran(self, message)
+        message = self.store.add_message(self.conversations.current_id, "error", error)
+        await self.column.add(MessageView("error", error, message.id))
 
     def action_stop(self) -> None:
-        if self.runner.stop():
+        if self.attachments.runner.stop():
             self.notify("Stopping the command…", timeout=2)
         if self.answerer.stop():
             self.query_one(StatusLine).state = "stopping…"
 
     async def action_regenerate(self) -> None:
-        if self.busy() or self.conversation is None:
+        if self.answerer.busy() or self.conversations.current is None:
             return
-        messages = self.store.messages(self.conversation.id)
+        messages = self.store.messages(self.conversations.current_id)
         users = [i for i, m in enumerate(messages) if m.role == "user"]
         if not users:
             return
         for message in messages[users[-1] + 1:]:
             self.store.delete_message(message.id)
-            for view in self.query(".message"):
-                if getattr(view, "message_id", None) == message.id:
-                    await view.remove()
+            await self.column.remove_message(message.id)
         await self.start_answer()
-
-    def busy(self) -> bool:
-        """Whether an answer is being generated, telling the user so: most changes wait until it ends."""
-        if self.answerer.generating:
-            self.notify("Still answering: press Esc to stop it first.")
-        return self.answerer.generating
 
     # the view
 
     def action_toggle_speculation_view(self) -> None:
-        self.settings.speculation_view = not self.settings.speculation_view
-        save_settings(self.settings)
-        self.query_one("#legend").display = self.settings.speculation_view
-        for view in self.query(AnswerView):
-            view.set_speculation_view(self.settings.speculation_view)
+        on = self.settings_editor.toggle_speculation_view()
+        self.query_one("#legend").display = on
+        self.column.set_speculation_view(on)
 
     def on_unmount(self) -> None:
         """Runs after the components' own unmount; an answer still running closes the pipeline itself."""

@@ -52,6 +52,12 @@ class Answerer(Widget):
             self.cancel.set()
         return self.generating
 
+    def busy(self) -> bool:
+        """Whether an answer is being generated, telling the user so: most changes wait until it ends."""
+        if self.generating:
+            self.notify("Still answering: press Esc to stop it first.")
+        return self.generating
+
     def show(self, view: AnswerView, pieces: list[tuple[int, str]]) -> None:
         """Hand committed pieces to the view; returns once they are on screen."""
         if not self.closing:

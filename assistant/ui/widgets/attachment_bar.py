@@ -1,7 +1,7 @@
 """What the next message will carry: the pending attachments, their token counts and the context left.
 
-Above the input, hidden while nothing is pending; ``assistant.ui.attaching`` keeps it current. The same
-descriptions name the attachments under a sent message."""
+Above the input, hidden while nothing is pending; the chat's ``Attachments`` component owns what is pending
+and keeps the bar current. The same descriptions name the attachments under a sent message."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from assistant.attachments import Attachment
+from assistant.chat.store import StoredAttachment
 from assistant.ui.literal import visible
 
 MAX_ROWS = 5  # beyond this the bar says how many more, so the input keeps its place
@@ -34,19 +35,24 @@ def attachment_line(attached: Iterable[tuple[Attachment, bool]]) -> str:
     return "Attached: " + " · ".join(described) if described else ""
 
 
-class AttachmentBar(Static):
-    """Holds the attachments pending for the next message in ``pending``."""
+def lines_by_message(stored: Iterable[StoredAttachment]) -> dict[int, str]:
+    """The attachment line under each user message of a saved conversation, by message id."""
+    grouped: dict[int, list] = {}
+    for attachment in stored:
+        grouped.setdefault(attachment.message_id, []).append((attachment.attachment, attachment.dropped))
+    return {message_id: attachment_line(items) for message_id, items in grouped.items()}
 
+
+class AttachmentBar(Static):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.pending: list[Attachment] = []
         self.display = False
 
-    def show(self, tokens: list[int], left: int, n_ctx: int, exact: bool) -> None:
+    def show(self, pending: list[Attachment], tokens: list[int], left: int, n_ctx: int, exact: bool) -> None:
         """List ``pending`` with their ``tokens``; ``left``: what the context holds beyond the conversation so
         far, these attachments and the answer's room (negative: older turns will be left out)."""
-        self.display = bool(self.pending)
-        if not self.pending:
+        self.display = bool(pending)
+        if not pending:
             return
         about = "" if exact else "~"
         text = Text(f"Attached: {about}{sum(tokens):,} tokens · ", style="bold")
@@ -56,8 +62,8 @@ class AttachmentBar(Static):
             text.append(f"{about}{-left:,} tokens over the {n_ctx:,}-token context: older turns will be left out",
                         style="bold red")
         text.append(" · /drop removes", style="dim")
-        for attachment, count in list(zip(self.pending, tokens))[:MAX_ROWS]:
+        for attachment, count in list(zip(pending, tokens))[:MAX_ROWS]:
             text.append(f"\n  {visible(describe(attachment))}  {about}{count:,} tokens")
-        if len(self.pending) > MAX_ROWS:
-            text.append(f"\n  … and {len(self.pending) - MAX_ROWS} more")
+        if len(pending) > MAX_ROWS:
+            text.append(f"\n  … and {len(pending) - MAX_ROWS} more")
         self.update(text)

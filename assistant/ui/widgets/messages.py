@@ -98,8 +98,3 @@ class AnswerView(Vertical):
         label.update(note)
         label.display = bool(note)
 
-
-def last_answer(screen) -> str:
-    """The text of the last answer on ``screen`` ("" before the first), for copying and saving its code."""
-    answers = list(screen.query(AnswerView))
-    return answers[-1].text if answers else ""
