@@ -21,7 +21,6 @@ from assistant.errors import AssistantError
 from native import build
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_pair = pytest.mark.skipif(not DEFAULT_PROMPTS.is_file(), reason="needs ../shared/bench/prompts.jsonl")
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -29,7 +28,6 @@ def bench(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=900)
 
 
-@needs_pair
 def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp_path):
     pytest.importorskip("llama_cpp")
     out = tmp_path / "out"
@@ -75,7 +73,6 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert "- oracle for " in text and "(no policy can)" in text
 
 
-@needs_pair
 def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(tmp_path):
     """The program's echoed text must equal our target's own greedy answer: the identity check relies on it."""
     pytest.importorskip("llama_cpp")
@@ -302,7 +299,6 @@ def test_malformed_prompt_line_names_the_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@needs_pair
 def test_workload_b_padded_pair_runs_identical_and_is_memory_bound(tmp_path):
     pytest.importorskip("llama_cpp")
     out = tmp_path / "out"
