@@ -9,9 +9,9 @@ import time
 import pytest
 
 from assistant import attachments, home, modelsets
-from assistant.chat import backend
-from assistant.chat import settings as chat_settings
-from assistant.chat.store import Store
+from assistant.conversation import backend
+from assistant.conversation import settings as chat_settings
+from assistant.conversation.store import Store
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen, DiffScreen
 from assistant.ui.screens.chat import ChatScreen
@@ -116,7 +116,7 @@ async def test_window_is_interactive_while_models_load(demo_set):
 
 async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set, monkeypatch):
     """Switching sets while one loads never loads two at once, and the window ends on the last choice."""
-    from assistant.chat import backend
+    from assistant.conversation import backend
 
     modelsets.register("demo-copy", demo_set.levels)
     real = backend.load_pipeline

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from assistant.attachments import Attachment, read_file, system_note, with_attachments
-from assistant.chat import attached, backend, writing
-from assistant.chat.store import Store
+from assistant.conversation import attached_files, backend, writing
+from assistant.conversation.store import Store
 
 
 def test_the_model_sees_each_turns_attachments_and_the_files_named_once(tmp_path):
@@ -44,18 +44,18 @@ def test_changed_files_are_reread_from_where_they_were_attached_and_gone_ones_na
     store.add_message(conversation.id, "user", "look", directory=str(tmp_path),
                       attachments=[read_file(name, tmp_path) for name in ("a.py", "b.py", "c.py")])
     stored = store.attachments(conversation.id)
-    assert attached.changed_files(stored, tmp_path) == ([], [])
+    assert attached_files.changed_files(stored, tmp_path) == ([], [])
     (tmp_path / "a.py").write_text("# a.py, edited\n")
     (tmp_path / "b.py").write_text("# b.py, edited\n")
     (tmp_path / "c.py").unlink()
-    changed, gone = attached.changed_files(stored, tmp_path, attaching_now=[attached.location(tmp_path, "b.py")])
+    changed, gone = attached_files.changed_files(stored, tmp_path, attaching_now=[attached_files.location(tmp_path, "b.py")])
     assert [(a.name, a.content, a.changed) for a in changed] == [("a.py", "# a.py, edited\n", True)]
     assert gone == ["c.py: no such file"]
     # from another directory the same names are not confused with what is there
-    changed, _ = attached.changed_files(stored, tmp_path / "sub")
+    changed, _ = attached_files.changed_files(stored, tmp_path / "sub")
     assert [a.name for a in changed] == [str(tmp_path / "a.py"), str(tmp_path / "b.py")]
     store.drop_attachments(conversation.id)
-    assert attached.changed_files(store.attachments(conversation.id), tmp_path) == ([], [])
+    assert attached_files.changed_files(store.attachments(conversation.id), tmp_path) == ([], [])
 
 
 def test_writing_shows_the_diff_and_replaces_atomically(tmp_path):

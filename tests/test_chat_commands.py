@@ -10,9 +10,9 @@ import time
 import pytest
 from textual import events
 
-from assistant.chat import backend
-from assistant.chat import settings as chat_settings
-from assistant.chat.store import Store
+from assistant.conversation import backend
+from assistant.conversation import settings as chat_settings
+from assistant.conversation.store import Store
 from assistant.ui.components import attachments
 from assistant.ui.screens.ask import DiffScreen
 from assistant.ui.widgets.messages import AnswerView

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant.chat.settings import ChatSettings, save
-from assistant.chat.store import Store
+from assistant.conversation.settings import ChatSettings, save
+from assistant.conversation.store import Store
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from assistant.chat.store import Store
+from assistant.conversation.store import Store
 from tests.test_chat_terminal import Terminal, keep, status_line, words
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")

@@ -19,7 +19,7 @@ LAYERS = (
     ("model files: conversion, model sets, downloads",
      ("converters.*", "assistant.modelsets", "assistant.hub", "assistant.demo")),
     ("speculative decoding", ("assistant.speculative.*",)),
-    ("conversations", ("assistant.chat.*", "assistant.attachments")),
+    ("conversations", ("assistant.conversation.*", "assistant.attachments")),
     ("front ends and the bench", ("assistant.serve.*", "assistant.ui.*", "assistant.bench.*")),
     ("commands", ("assistant.commands.*",)),
     ("entry point", ("assistant.cli", "assistant.__main__")),

@@ -13,10 +13,10 @@ import pytest
 
 from assistant import home
 from assistant.attachments import Attachment
-from assistant.chat import export, settings
-from assistant.chat.codeblocks import code_blocks
-from assistant.chat.migrations import MIGRATIONS
-from assistant.chat.store import DEFAULT_TITLE, Store, title_from
+from assistant.conversation import export, settings
+from assistant.conversation.codeblocks import code_blocks
+from assistant.conversation.migrations import MIGRATIONS
+from assistant.conversation.store import DEFAULT_TITLE, Store, title_from
 from assistant.errors import AssistantError
 
 
@@ -34,7 +34,7 @@ def test_migrations_run_once_in_order_and_wal_is_on():
 def test_an_older_database_is_upgraded_without_losing_data(tmp_path):
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
-    from assistant.chat import migrations
+    from assistant.conversation import migrations
 
     first_name, first_script = MIGRATIONS[0]
     db.executescript(first_script)
@@ -51,7 +51,7 @@ def test_an_older_database_is_upgraded_without_losing_data(tmp_path):
 def test_a_database_from_before_attachments_gets_their_table_and_keeps_its_messages(tmp_path):
     path = tmp_path / "before.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
-    from assistant.chat import migrations
+    from assistant.conversation import migrations
 
     before = [(name, script) for name, script in MIGRATIONS if name != "m004_attachments"]
     assert len(before) == len(MIGRATIONS) - 1 and MIGRATIONS[-1][0] == "m004_attachments"
@@ -135,8 +135,8 @@ def test_kill_9_while_writing_loses_nothing_committed(tmp_path):
     path = tmp_path / "db.sqlite3"
     writer = textwrap.dedent(f"""
         import sys, time
-        from assistant.chat.recorder import AnswerRecorder
-        from assistant.chat.store import Store
+        from assistant.conversation.recorder import AnswerRecorder
+        from assistant.conversation.store import Store
         store = Store({str(path)!r})
         conversation = store.new_conversation()
         store.add_message(conversation.id, "user", "count")

@@ -14,9 +14,9 @@ from textual.geometry import Region
 from textual.widgets import Button, OptionList, Static
 from textual.widgets._toast import Toast
 
-from assistant.chat.codeblocks import code_blocks
-from assistant.chat.settings import ChatSettings
-from assistant.chat.store import Store, title_from
+from assistant.conversation.codeblocks import code_blocks
+from assistant.conversation.settings import ChatSettings
+from assistant.conversation.store import Store, title_from
 from assistant.ui.app import ChatApp
 from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar

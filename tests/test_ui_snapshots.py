@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant.chat.settings import ChatSettings
-from assistant.chat.store import Store
+from assistant.conversation.settings import ChatSettings
+from assistant.conversation.store import Store
 from assistant.ui.app import ChatApp
 
 SIZE = (100, 30)

@@ -19,8 +19,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from assistant import modelsets
-    from assistant.chat import settings as chat_settings
-    from assistant.chat.store import Store
+    from assistant.conversation import settings as chat_settings
+    from assistant.conversation.store import Store
 
     settings = chat_settings.load()
     if args.model_set:

@@ -6,8 +6,8 @@ from textual.app import App
 from textual.binding import Binding
 
 from assistant import home
-from assistant.chat import settings as chat_settings
-from assistant.chat.store import Store
+from assistant.conversation import settings as chat_settings
+from assistant.conversation.store import Store
 from assistant.ui.literal import visible
 from assistant.ui.palette import ChatPalette
 from assistant.ui.screens.chat import ChatScreen

@@ -13,7 +13,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
 from textual.content import Content
 
 from assistant import modelsets
-from assistant.chat.codeblocks import code_blocks
+from assistant.conversation.codeblocks import code_blocks
 from assistant.ui.literal import literal, visible
 
 

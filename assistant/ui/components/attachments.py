@@ -16,8 +16,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 
 from assistant.attachments import Attachment, AttachmentError, expand, mentions, read_file
-from assistant.chat import attached, backend
-from assistant.chat.store import Store
+from assistant.conversation import attached_files, backend
+from assistant.conversation.store import Store
 from assistant.ui.components.conversations import Conversations
 from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar, attachment_line, lines_by_message
@@ -190,8 +190,8 @@ class Attachments(Widget):
             files = [a for a in pending if (a.kind, a.name) not in names] + mentioned
             if errors or not earlier:
                 return files, errors, [], []
-            now = [attached.location(cwd, a.name) for a in files if a.kind == "file"]
-            return files, errors, *attached.changed_files(earlier, cwd, now)
+            now = [attached_files.location(cwd, a.name) for a in files if a.kind == "file"]
+            return files, errors, *attached_files.changed_files(earlier, cwd, now)
 
         files, errors, changed, unreadable = await self.off_thread(read)
         if errors:

@@ -1,6 +1,6 @@
 """`/save N PATH`: write code block N of the last answer to a file, once the user has read the diff.
 
-Nothing is written without that confirmation, a new file included; ``assistant.chat.writing`` makes the
+Nothing is written without that confirmation, a new file included; ``assistant.conversation.writing`` makes the
 diff and writes atomically. A symbolic link is written through to its target, which the question names.
 A refusal (no such block, a directory, a file that is not text) is a notification."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from textual.widget import Widget
 
-from assistant.chat import writing
-from assistant.chat.codeblocks import code_blocks
+from assistant.conversation import writing
+from assistant.conversation.codeblocks import code_blocks
 from assistant.ui.screens.ask import DiffScreen
 from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.message_column import MessageColumn

@@ -10,8 +10,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
-from assistant.chat import export as markdown
-from assistant.chat.store import Conversation, Store
+from assistant.conversation import export as markdown
+from assistant.conversation.store import Conversation, Store
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.attachment_bar import lines_by_message

@@ -10,7 +10,7 @@ from typing import Callable
 
 from textual.widget import Widget
 
-from assistant.chat.settings import ChatSettings, save
+from assistant.conversation.settings import ChatSettings, save
 from assistant.ui.components.conversations import Conversations
 from assistant.ui.screens.ask import AskScreen
 from assistant.ui.widgets.answerer import Answerer

@@ -20,8 +20,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from assistant import modelsets
-from assistant.chat import backend
-from assistant.chat.store import Store
+from assistant.conversation import backend
+from assistant.conversation.store import Store
 from assistant.ui import typed_commands
 from assistant.ui.components.attachments import Attachments, line
 from assistant.ui.components.code_saver import CodeSaver

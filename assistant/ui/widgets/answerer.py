@@ -12,8 +12,8 @@ from textual import on, work
 from textual.message import Message
 from textual.widget import Widget
 
-from assistant.chat import backend
-from assistant.chat.store import Store
+from assistant.conversation import backend
+from assistant.conversation.store import Store
 from assistant.errors import AssistantError
 from assistant.ui.widgets.messages import AnswerView
 from assistant.ui.widgets.model_loader import ModelLoader

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from assistant.attachments import Attachment
-from assistant.chat.store import StoredAttachment
+from assistant.conversation.store import StoredAttachment
 from assistant.ui.literal import visible
 
 MAX_ROWS = 5  # beyond this the bar says how many more, so the input keeps its place

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from assistant.chat.store import Conversation
+from assistant.conversation.store import Conversation
 from assistant.ui.literal import literal
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from textual.containers import VerticalScroll
 
-from assistant.chat.store import Message
+from assistant.conversation.store import Message
 from assistant.ui.widgets.messages import AnswerView, MessageView
 
 

@@ -11,7 +11,7 @@ from textual import on, work
 from textual.message import Message
 from textual.widget import Widget
 
-from assistant.chat import backend
+from assistant.conversation import backend
 from assistant.errors import AssistantError
 
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from assistant import home
 from assistant.attachments import Attachment
-from assistant.chat.migrations import migrate
+from assistant.conversation.migrations import migrate
 from assistant.errors import AssistantError
 
 TITLE_LENGTH = 48

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from assistant import home
-from assistant.chat.store import Conversation, Message
+from assistant.conversation.store import Conversation, Message
 
 HEADINGS = {"user": "You", "assistant": "Assistant", "error": "Error"}
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from assistant.attachments import system_messages, with_attachments
-from assistant.chat import attached as attached_files
-from assistant.chat.recorder import AnswerRecorder, stats_dict
-from assistant.chat.settings import ChatSettings
-from assistant.chat.store import Message, Store, StoredAttachment
+from assistant.conversation import attached_files
+from assistant.conversation.recorder import AnswerRecorder, stats_dict
+from assistant.conversation.settings import ChatSettings
+from assistant.conversation.store import Message, Store, StoredAttachment
 from assistant.errors import AssistantError
 from assistant.modelsets import ModelSet, ModelSetError
 

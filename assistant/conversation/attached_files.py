@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from assistant.attachments import Attachment, AttachmentError, refresh, system_note
-from assistant.chat.store import StoredAttachment
+from assistant.conversation.store import StoredAttachment
 
 
 def location(directory: str | Path, name: str) -> Path:

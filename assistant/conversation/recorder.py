@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from assistant.chat.store import Store
+from assistant.conversation.store import Store
 
 
 def stats_dict(stats) -> dict:
