@@ -13,10 +13,10 @@ from assistant.conversation import backend
 from assistant.conversation import settings as chat_settings
 from assistant.conversation.store import Store
 from assistant.ui.app import ChatApp
+from assistant.ui.components.answerer import Answerer
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen, DiffScreen
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
-from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.attachment_bar import AttachmentBar
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.messages import AnswerView, MessageView
@@ -320,6 +320,39 @@ async def test_palette_help_and_conversation_management(demo_set):
         await pilot.click("#confirm")
         await pilot.pause(0.1)
         assert Store().conversations() == [] and not screen.query(".message")
+
+
+async def test_the_list_renames_with_f2_and_deletes_with_the_delete_key(demo_set):
+    """Each key of the conversation list asks for its own action, about the conversation highlighted there."""
+    store = Store()
+    for first_message in ("older", "newer"):
+        store.add_message(store.new_conversation().id, "user", first_message)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen, depth = app.screen, len(app.screen_stack)
+        options = screen.query_one("#conversation-options")
+
+        def highlight(title):
+            options.focus()
+            options.highlighted = next(i for i in range(options.option_count)
+                                       if str(options.get_option_at_index(i).prompt) == title)
+
+        highlight("older")
+        await pilot.press("f2")
+        await until(pilot, lambda: isinstance(app.screen, AskScreen))
+        assert app.screen.query_one("#answer").value == "older" and len(app.screen_stack) == depth + 1
+        await pilot.press("ctrl+a", "ctrl+k", *"renamed", "enter")
+        await until(pilot, lambda: app.screen is screen)
+        assert {c.title for c in Store().conversations()} == {"renamed", "newer"}
+        highlight("renamed")
+        await pilot.press("delete")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "“renamed”" in str(app.screen.query_one(".question").render()) and len(app.screen_stack) == depth + 1
+        await pilot.press("y")
+        await until(pilot, lambda: app.screen is screen)
+        assert [c.title for c in Store().conversations()] == ["newer"]
+        assert screen.conversations.current.title == "newer" and screen.query(MessageView)  # still open
 
 
 async def test_keymap_from_the_config_file_remaps_bindings(demo_set):

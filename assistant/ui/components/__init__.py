@@ -1,2 +1,3 @@
-"""The chat screen's parts that own state and act on it (attachments, conversations, settings, saving code),
-each a widget that is never shown: the screen composes them and hands each the widgets it shows itself on."""
+"""The chat screen's parts that are never shown: those that own its state and act on it (conversations,
+attachments, settings, saving code) and the workers that load models, answer and run commands off the
+window's thread. The screen composes them, handing each the widgets it shows itself on."""

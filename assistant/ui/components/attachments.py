@@ -18,12 +18,12 @@ from textual.widget import Widget
 from assistant.attachments import Attachment, AttachmentError, expand, mentions, read_file
 from assistant.conversation import attached_files, backend
 from assistant.conversation.store import Store
+from assistant.ui.components.command_runner import CommandRunner
 from assistant.ui.components.conversations import Conversations
+from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.screens.ask import ConfirmScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar, attachment_line, lines_by_message
-from assistant.ui.widgets.command_runner import CommandRunner
 from assistant.ui.widgets.message_column import MessageColumn
-from assistant.ui.widgets.model_loader import ModelLoader
 from assistant.ui.widgets.status_line import short_path
 
 CHARS_PER_TOKEN = 3  # the estimate before the tokenizer has loaded: code runs 3-4 characters a token

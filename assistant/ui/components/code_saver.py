@@ -13,8 +13,8 @@ from textual.widget import Widget
 
 from assistant.conversation import writing
 from assistant.conversation.codeblocks import code_blocks
+from assistant.ui.components.answerer import Answerer
 from assistant.ui.screens.ask import DiffScreen
-from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.message_column import MessageColumn
 from assistant.ui.widgets.status_line import short_path
 

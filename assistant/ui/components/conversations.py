@@ -12,8 +12,8 @@ from textual.widgets import Input
 
 from assistant.conversation import export as markdown
 from assistant.conversation.store import Conversation, Store
+from assistant.ui.components.answerer import Answerer
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
-from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.attachment_bar import lines_by_message
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.message_column import MessageColumn, message_view

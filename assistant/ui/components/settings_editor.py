@@ -11,9 +11,9 @@ from typing import Callable
 from textual.widget import Widget
 
 from assistant.conversation.settings import ChatSettings, save
+from assistant.ui.components.answerer import Answerer
 from assistant.ui.components.conversations import Conversations
 from assistant.ui.screens.ask import AskScreen
-from assistant.ui.widgets.answerer import Answerer
 
 
 def parse_temperature(text: str) -> float:

@@ -23,17 +23,17 @@ from assistant import modelsets
 from assistant.conversation import backend
 from assistant.conversation.store import Store
 from assistant.ui import typed_commands
+from assistant.ui.components.answerer import Answerer
 from assistant.ui.components.attachments import Attachments, line
 from assistant.ui.components.code_saver import CodeSaver
 from assistant.ui.components.conversations import Conversations
+from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.components.settings_editor import SettingsEditor
-from assistant.ui.widgets.answerer import Answerer
 from assistant.ui.widgets.attachment_bar import AttachmentBar
 from assistant.ui.widgets.conversation_list import ConversationList
-from assistant.ui.widgets.levels import legend
+from assistant.ui.widgets.level_colours import legend
 from assistant.ui.widgets.message_column import MessageColumn
 from assistant.ui.widgets.messages import AnswerView, MessageView
-from assistant.ui.widgets.model_loader import ModelLoader
 from assistant.ui.widgets.prompt_input import PromptInput
 from assistant.ui.widgets.status_line import StatusLine, describe_stats, short_path
 
@@ -184,8 +184,7 @@ class ChatScreen(Screen):
 
     @on(ConversationList.RenameRequested)
     def _rename_requested(self, event: ConversationList.RenameRequested) -> None:
-        if type(event) is ConversationList.RenameRequested:  # not its subclass DeleteRequested
-            self.conversations.rename(event.conversation_id)
+        self.conversations.rename(event.conversation_id)
 
     @on(ConversationList.DeleteRequested)
     def _delete_requested(self, event: ConversationList.DeleteRequested) -> None:

@@ -18,17 +18,20 @@ from assistant.ui.literal import literal
 
 
 class ConversationList(Vertical):
-    class Chosen(Message):
+    class AboutOne(Message):
+        """What the user asked for one conversation, by id."""
+
         def __init__(self, conversation_id: int):
             super().__init__()
             self.conversation_id = conversation_id
 
-    class RenameRequested(Message):
-        def __init__(self, conversation_id: int):
-            super().__init__()
-            self.conversation_id = conversation_id
+    class Chosen(AboutOne):
+        pass
 
-    class DeleteRequested(RenameRequested):
+    class RenameRequested(AboutOne):
+        pass
+
+    class DeleteRequested(AboutOne):
         pass
 
     class SearchChanged(Message):

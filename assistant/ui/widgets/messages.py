@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 
 from assistant.ui.literal import literal, visible
-from assistant.ui.widgets.levels import coloured
+from assistant.ui.widgets.level_colours import coloured
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
 

@@ -15,8 +15,8 @@ from textual.widget import Widget
 from assistant.conversation import backend
 from assistant.conversation.store import Store
 from assistant.errors import AssistantError
+from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.widgets.messages import AnswerView
-from assistant.ui.widgets.model_loader import ModelLoader
 
 
 class Answerer(Widget):
