@@ -41,13 +41,12 @@ STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens l
               "context": "stopped: the context is full"}
 
 
-def banner_text(model_set_name: str | None) -> str:
+def banner_text(model_set: modelsets.ModelSet | None) -> str:
+    """The keys, and what the models are where the set says (the demo set: a small model, of Q4_1 quality)."""
     text = ("Ask for code. Enter sends, Shift+Enter or Ctrl+J adds a line, Esc stops an answer, "
             "Ctrl+P opens the commands, F1 shows help. @path attaches a file; F1 lists /add, /run, /drop, /save.")
-    if model_set_name == "demo":
-        from assistant.demo import NOTICE
-
-        text += "\n\n" + NOTICE
+    if model_set is not None and model_set.description:
+        text += f"\n\nModel set {model_set.name!r}: {model_set.description}"
     return text
 
 
@@ -136,7 +135,7 @@ class ChatScreen(Screen):
         status.state = f"loading {count} level{'s' if count > 1 else ''}…"
         status.speed = status.context = ""
         status.loading = True
-        self.query_one("#banner", Static).update(banner_text(self.model_set.name))
+        self.query_one("#banner", Static).update(banner_text(self.model_set))
         self.loader.load(self.model_set, dataclasses.replace(self.settings))
 
     @on(ModelLoader.Loaded)
