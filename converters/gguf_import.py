@@ -11,7 +11,6 @@ outputs are written as ``*.part`` and renamed only when all are complete.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,9 @@ from gguf import GGUFValueType as V
 from assistant import home
 from assistant.errors import AssistantError
 from converters import encodings, ollama
+from converters.gguf_output import output_files, requested_types, writing
 from converters.progress import Progress
 
-TYPES = tuple(encodings.WEIGHT_TYPES)
 DEFAULT_MXFP4_EMBEDDINGS = "bf16"  # as `assistant convert`: the MXFP4 copy drafts better with BF16 embeddings
 SOURCE_TYPES = (Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1,
                 Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4)
@@ -87,17 +86,9 @@ def safe_name(text: str) -> str:
 
 
 def _open(path: Path) -> gguf.GGUFReader:
-    if not path.exists():
-        raise AssistantError(f"{path}: no such file")
-    if path.is_dir():
-        raise AssistantError(f"{path}: is a directory, not a GGUF file")
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
-    except OSError as error:
-        raise AssistantError(f"{path}: cannot read ({error.strerror})") from None
-    if magic != b"GGUF":
-        raise AssistantError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
+    from assistant.engine.model import check_gguf_file
+
+    check_gguf_file(path)
     size = path.stat().st_size
     try:
         reader = gguf.GGUFReader(path)
@@ -226,34 +217,10 @@ def _encode(values: np.ndarray, qtype: Q) -> np.ndarray:
     return rows.reshape(encodings.byte_shape(values.shape, qtype))
 
 
-@dataclass
-class _Output:
-    path: Path
-    weight_type: str
-    writer: gguf.GGUFWriter | None = None
-
-    @property
-    def part(self) -> Path:
-        return self.path.with_name(self.path.name + ".part")
-
-    def discard(self) -> None:
-        if self.writer is not None:
-            try:
-                self.writer.close()
-            except Exception:
-                pass
-        self.part.unlink(missing_ok=True)
-
-
 def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,
                 mxfp4_embeddings: str = DEFAULT_MXFP4_EMBEDDINGS) -> dict[str, Path]:
     """Dequantize a GGUF file (a path or ``ollama:NAME[:TAG]``) into one GGUF file per type; returns {type: path}."""
-    types = tuple(dict.fromkeys(types))
-    for kind in list(types) + [mxfp4_embeddings]:
-        if kind not in TYPES:
-            raise AssistantError(f"unknown output type {kind!r} (choose from {', '.join(TYPES)})")
-    if not types:
-        raise AssistantError("no output type requested")
+    types = requested_types(types, mxfp4_embeddings)
     if name is not None and (not name or name != Path(name).name or name in (".", "..")):
         raise AssistantError(f"{name!r}: not a usable model set name (a file name, without directories)")
     path, fallback_name = locate(source)
@@ -266,12 +233,7 @@ def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=F
     _check_loadable(path, architecture)
     name = name or safe_name(_string(reader, "general.name") or fallback_name)
     outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
-    outputs = [_Output(outdir / f"{name}.{kind}.gguf", kind) for kind in types]
-    if not force:
-        for output in outputs:
-            if output.path.exists():
-                raise AssistantError(f"{output.path}: already exists (use --force to overwrite)")
-    outdir.mkdir(parents=True, exist_ok=True)
+    outputs = output_files(outdir, name, types, force)
     _write_all(tensors, metadata, architecture, outputs, name, mxfp4_embeddings, progress)
     return {output.weight_type: output.path for output in outputs}
 
@@ -281,20 +243,14 @@ def _write_all(tensors, metadata, architecture, outputs, name, mxfp4_embeddings,
     types = {output.weight_type: [_output_type(t, output.weight_type, mxfp4_embeddings, weights_are_f32)
                                   for t in tensors] for output in outputs}
     bar = Progress(f"importing {name}", sum(t.nbytes for t in tensors), enabled=progress)
-    try:
+    with writing(outputs, bar):
         for output in outputs:
-            writer = output.writer = gguf.GGUFWriter(output.part, architecture)
-            writer.add_name(name)
-            writer.add_file_type(encodings.FILE_TYPES[output.weight_type])
-            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            writer = output.start(architecture, name)
             for key, value, value_type, element_type in metadata:
                 writer.add_key_value(key, value, value_type, element_type)
             for tensor, qtype in zip(tensors, types[output.weight_type]):
-                shape = encodings.byte_shape(tensor.shape, qtype)
-                writer.add_tensor_info(tensor.name, shape, np.dtype(np.uint8), int(np.prod(shape)), raw_dtype=qtype)
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
+                output.add_tensor_info(tensor.name, tensor.shape, qtype)
+            output.write_header()
         for index, tensor in enumerate(tensors):
             wanted = {types[output.weight_type][index] for output in outputs}
             values = f32_values(tensor) if wanted == {Q.F32} else bf16_values(tensor)
@@ -302,20 +258,3 @@ def _write_all(tensors, metadata, architecture, outputs, name, mxfp4_embeddings,
                 output.writer.write_tensor_data(_encode(values, types[output.weight_type][index]))
             del values
             bar.advance(tensor.nbytes)
-        for output in outputs:
-            output.writer.close()
-            output.writer = None
-        for output in outputs:
-            os.replace(output.part, output.path)
-    except OSError as error:
-        for output in outputs:
-            output.discard()
-        target = error.filename or next((o.part for o in outputs), "output")
-        reason = error.strerror or f"the disk is full or a file size limit was reached: {error}"
-        raise AssistantError(f"{target}: cannot write ({reason})") from None
-    except BaseException:
-        for output in outputs:
-            output.discard()
-        raise
-    finally:
-        bar.finish()

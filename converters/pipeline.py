@@ -6,7 +6,6 @@ small multiple of the largest tensor. Outputs are written as ``*.part`` and rena
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +17,12 @@ from assistant import home
 from assistant.errors import AssistantError
 from converters import architectures, encodings
 from converters.checkpoint import Checkpoint, open_checkpoint
+from converters.gguf_output import output_files, requested_types, writing
 from converters.side_files import check_tokenizer_files, read_config
 from converters.progress import Progress
 from converters.safetensors_file import SUPPORTED_DTYPES, TensorEntry
 from converters.vocab import add_vocabulary
 
-TYPES = tuple(encodings.WEIGHT_TYPES)
 # Measured on the bench pair (converters/README.md): with BF16 token embeddings and output head the MXFP4
 # copy drafts at 92.3% acceptance for the BF16 target, with them in MXFP4 at 77.0%.
 DEFAULT_MXFP4_EMBEDDINGS = "bf16"
@@ -104,24 +103,6 @@ def default_name(source) -> str:
     return (path if path.is_dir() else path.parent).name
 
 
-class _Output:
-    """One GGUF file being written as NAME.TYPE.gguf.part."""
-
-    def __init__(self, path: Path, weight_type: str):
-        self.path, self.weight_type = path, weight_type
-        self.part = path.with_name(path.name + ".part")
-        self.writer: gguf.GGUFWriter | None = None
-        self.types: dict[str, Q] = {}
-
-    def discard(self) -> None:
-        if self.writer is not None:
-            try:
-                self.writer.close()
-            except Exception:
-                pass
-        self.part.unlink(missing_ok=True)
-
-
 def check_metadata(directory) -> None:
     """Check everything conversion reads besides the weights (the architecture, its hyperparameters, the
     tokenizer), so that `assistant pull` refuses a repository before downloading gigabytes of weights."""
@@ -137,24 +118,14 @@ def check_metadata(directory) -> None:
 def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,
             mxfp4_embeddings: str = DEFAULT_MXFP4_EMBEDDINGS) -> dict[str, Path]:
     """Convert a Hugging Face safetensors checkpoint to one GGUF file per type; returns {type: path}."""
-    types = tuple(dict.fromkeys(types))
-    for kind in list(types) + [mxfp4_embeddings]:
-        if kind not in TYPES:
-            raise AssistantError(f"unknown output type {kind!r} (choose from {', '.join(TYPES)})")
-    if not types:
-        raise AssistantError("no output type requested")
+    types = requested_types(types, mxfp4_embeddings)
     checkpoint = open_checkpoint(source)
     try:
         config_path = checkpoint.directory / "config.json"
         arch = architectures.read_architecture(checkpoint.config, config_path)
         name = name or default_name(source)
         outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
-        outdir.mkdir(parents=True, exist_ok=True)
-        outputs = [_Output(outdir / f"{name}.{kind}.gguf", kind) for kind in types]
-        if not force:
-            for output in outputs:
-                if output.path.exists():
-                    raise AssistantError(f"{output.path}: already exists (use --force to overwrite)")
+        outputs = output_files(outdir, name, types, force)
         generated = arch.add_hyperparameters(gguf.GGUFWriter(None, arch.gguf_name))
         plan = _plan(checkpoint, arch, generated)
         _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress)
@@ -166,21 +137,15 @@ def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False
 def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress) -> None:
     total = sum(tensor.entry.nbytes for tensor in plan if tensor.entry is not None)
     bar = Progress(f"converting {name}", total, enabled=progress)
-    try:
+    with writing(outputs, bar):
         for output in outputs:
-            writer = output.writer = gguf.GGUFWriter(output.part, arch.gguf_name)
-            writer.add_name(name)
-            writer.add_file_type(encodings.FILE_TYPES[output.weight_type])
-            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            writer = output.start(arch.gguf_name, name)
             arch.add_hyperparameters(writer)
             add_vocabulary(writer, checkpoint.directory, arch.vocab_size)
             for tensor in plan:
-                qtype = output.types[tensor.gguf_name] = _output_type(tensor, output.weight_type, mxfp4_embeddings)
-                shape = encodings.byte_shape(tensor.shape, qtype)
-                writer.add_tensor_info(tensor.gguf_name, shape, np.dtype(np.uint8), int(np.prod(shape)), raw_dtype=qtype)
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
+                output.add_tensor_info(tensor.gguf_name, tensor.shape,
+                                       _output_type(tensor, output.weight_type, mxfp4_embeddings))
+            output.write_header()
         for tensor in plan:
             array = _load(tensor, arch)
             for output in outputs:
@@ -189,20 +154,3 @@ def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress
             if tensor.entry is not None:
                 tensor.entry.file.release(tensor.entry)
                 bar.advance(tensor.entry.nbytes)
-        for output in outputs:
-            output.writer.close()
-            output.writer = None
-        for output in outputs:
-            os.replace(output.part, output.path)
-    except OSError as error:
-        for output in outputs:
-            output.discard()
-        target = error.filename or next((o.part for o in outputs), "output")
-        reason = error.strerror or f"the disk is full or a file size limit was reached: {error}"
-        raise AssistantError(f"{target}: cannot write ({reason})") from None
-    except BaseException:
-        for output in outputs:
-            output.discard()
-        raise
-    finally:
-        bar.finish()

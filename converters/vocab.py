@@ -16,8 +16,7 @@ import gguf
 
 from assistant.errors import AssistantError
 from converters.checkpoint import read_json
-from converters.pretokenizers import (  # noqa: F401 (LLAMA3_SPLIT: tests)
-    LLAMA3_SPLIT, find_pre_tokenizer, known_names, whole_word_lookup)
+from converters.pretokenizers import find_pre_tokenizer, known_names, whole_word_lookup
 from converters.sentencepiece_model import read_sentencepiece_model
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")

@@ -18,7 +18,6 @@ from assistant.ui.screens.ask import AskScreen, ConfirmScreen, DiffScreen
 from assistant.ui.screens.chat import ChatScreen
 from assistant.ui.screens.help import HelpScreen
 from assistant.ui.widgets.attachment_bar import AttachmentBar
-from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
 from assistant.ui.widgets.status_line import StatusLine, short_path

@@ -1,7 +1,6 @@
 """`assistant chat` in a real terminal (tmux): ask, wait, quit, resume; kill -9 mid-answer loses nothing shown; a file
 attached with `@` is asked about and shown again on resume."""
 
-import json
 import os
 import re
 import shutil

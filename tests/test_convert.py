@@ -235,7 +235,7 @@ def test_llama3_style_bpe_is_recognised_by_its_split_regex(tiny_checkpoint, tmp_
     'llama-bpe' from its definition alone, and llama.cpp then tokenizes exactly as Hugging Face does."""
     import json
 
-    from converters.vocab import LLAMA3_SPLIT
+    from converters.pretokenizers import LLAMA3_SPLIT
 
     _, transformers = hf
     checkpoint = tiny_checkpoint("llama", tokenizer="bpe")

@@ -399,7 +399,7 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_mixed, tiny_f16, tmp_pat
     def refused(source, *fragments):
         assert_refused(assistant("import", str(source), "--outdir", str(out)), out, str(source), *fragments)
 
-    refused(tmp_path / "nothere.gguf", "no such file")
+    refused(tmp_path / "nothere.gguf", "no such GGUF file")
 
     text = tmp_path / "notes.gguf"
     text.write_text("these are notes, not weights\n")

@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from assistant.engine import Model
 from assistant.engine.chat_template import apply_chat_template, chat_prompt_tokens
-from tests.fixtures.serve import ServerProcess, free_port
+from tests.fixtures.serve import ServerProcess, free_port, in_process_server
 
 ALLOWED = "http://localhost:3000"
 CHAT = "/v1/chat/completions"
@@ -137,9 +136,6 @@ def test_beyond_loopback_with_a_key_serves_any_host_name(server_home):
 
 def test_a_failing_generation_answers_500_without_internals(demo_set, capfd):
     """What went wrong goes to the server's stderr; the client learns only that it failed."""
-    import uvicorn
-
-    from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
     from assistant.speculative import Pipeline
 
@@ -149,15 +145,7 @@ def test_a_failing_generation_answers_500_without_internals(demo_set, capfd):
         raise RuntimeError(f"cannot read {secret}")
 
     generations = Generations(lambda: Pipeline.load(demo_set, n_ctx=256, levels=1), broken_prompt, max_waiting=1)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(generations, "demo", 256), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run)
-    generations.start()
-    thread.start()
-    try:
-        client = ServerProcess.__new__(ServerProcess)
-        client.url, client.port, client.api_key = f"http://127.0.0.1:{port}", port, None
+    with in_process_server(generations) as client:
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -168,10 +156,6 @@ def test_a_failing_generation_answers_500_without_internals(demo_set, capfd):
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(0.05)
         status, _, body = call(client, "POST", CHAT, HELLO)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        generations.stop()
     assert status == 500 and body["error"]["type"] == "server_error"
     assert secret not in json.dumps(body) and "RuntimeError" not in json.dumps(body)
     assert secret in capfd.readouterr().err

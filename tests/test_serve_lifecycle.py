@@ -12,7 +12,7 @@ import time
 import pytest
 
 from assistant import modelsets
-from tests.fixtures.serve import API_KEY, ServerProcess, free_port
+from tests.fixtures.serve import API_KEY, ServerProcess, free_port, in_process_server
 
 PROMPTS = ["def fibonacci(n):\n    if n < 2:", "class Stack:\n    def __init__(self):", "import os\n\ndef walk(path):",
            "def parse(line):\n    parts ="]
@@ -167,9 +167,6 @@ def refused(headers, reply) -> str:
 
 def test_health_says_loading_until_the_models_are_ready(demo_set):
     """In process, with the load held back: /health and generation requests answer 503 while loading."""
-    import uvicorn
-
-    from assistant.serve.app import create_app
     from assistant.serve.generations import Generations
     from assistant.serve.prompts import prompt_tokens
     from assistant.speculative import Pipeline
@@ -181,30 +178,20 @@ def test_health_says_loading_until_the_models_are_ready(demo_set):
         return Pipeline.load(demo_set, n_ctx=256)
 
     generations = Generations(load, prompt_tokens, max_waiting=2)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(generations, "demo", 256), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run)
-    generations.start()
-    thread.start()
     try:
-        client = ServerProcess.__new__(ServerProcess)
-        client.url, client.api_key = f"http://127.0.0.1:{port}", None
-        until(lambda: _answers(client), 10.0, "the server listens")
-        status, headers, body = client.request("GET", "/health")
-        assert status == 503 and body["status"] == "loading" and headers["Retry-After"]
-        status, reply = client.post("/v1/chat/completions", {"model": "demo", "messages": [
-            {"role": "user", "content": "hi"}]})
-        assert status == 503 and reply["error"]["code"] == "model_loading"
-        release.set()
-        until(lambda: client.get("/health")[0] == 200, 60.0, "the models are loaded")
-        status, reply = client.post("/v1/completions", {"model": "demo", "prompt": "x = ", "max_tokens": 4})
-        assert status == 200 and reply["usage"]["completion_tokens"] <= 4
+        with in_process_server(generations) as client:
+            until(lambda: _answers(client), 10.0, "the server listens")
+            status, headers, body = client.request("GET", "/health")
+            assert status == 503 and body["status"] == "loading" and headers["Retry-After"]
+            status, reply = client.post("/v1/chat/completions", {"model": "demo", "messages": [
+                {"role": "user", "content": "hi"}]})
+            assert status == 503 and reply["error"]["code"] == "model_loading"
+            release.set()
+            until(lambda: client.get("/health")[0] == 200, 60.0, "the models are loaded")
+            status, reply = client.post("/v1/completions", {"model": "demo", "prompt": "x = ", "max_tokens": 4})
+            assert status == 200 and reply["usage"]["completion_tokens"] <= 4
     finally:
         release.set()
-        server.should_exit = True
-        thread.join(30)
-        generations.stop()
     assert generations.pipeline.levels == []  # closed by the generation thread
 
 

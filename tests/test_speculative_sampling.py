@@ -2,7 +2,6 @@
 own distribution (chi-square goodness of fit against probabilities computed from the target's logits),
 and the same test rejects a chain that uses a wrong acceptance rule."""
 
-import itertools
 import math
 from collections import Counter
 

@@ -11,8 +11,13 @@ TYPES = ("bf16", "mxfp4", "q8_0", "f16")
 
 def add_arguments(parser):
     parser.add_argument("source", help="a .safetensors file (config.json and tokenizer files beside it) or a checkpoint directory")
+    add_output_arguments(parser, name_default="the checkpoint directory's name")
+
+
+def add_output_arguments(parser, name_default: str) -> None:
+    """Where and what to write, as `convert` and `import` both take them."""
     parser.add_argument("--outdir", type=Path, help="where to write the GGUF files (default: the user models directory)")
-    parser.add_argument("--name", help="model set and file name (default: the checkpoint directory's name)")
+    parser.add_argument("--name", help=f"model set and file name (default: {name_default})")
     parser.add_argument(
         "--types", default="bf16,mxfp4",
         help=f"comma-separated output types among {', '.join(TYPES)} (default: bf16,mxfp4)",
@@ -25,34 +30,48 @@ def add_arguments(parser):
     parser.add_argument("--no-register", action="store_true", help="write the files without registering a model set")
 
 
-def run(args) -> int:
-    import logging
-
-    from assistant import modelsets
+def output_types(args) -> list[str]:
     from assistant.errors import AssistantError
-    from converters import convert
-    from converters.pipeline import DEFAULT_MXFP4_EMBEDDINGS, default_name
 
-    logging.getLogger("gguf").setLevel(logging.ERROR)  # gguf-py's notes on tokenizer quirks are not errors
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     for kind in types:
         if kind not in TYPES:
             raise AssistantError(f"--types: unknown type {kind!r} (choose from {', '.join(TYPES)})")
-    written = convert(
-        args.source, outdir=args.outdir, name=args.name, types=types, force=args.force,
-        mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
-    )
-    name = args.name or default_name(args.source)
+    return types
+
+
+def report_and_register(name: str, written: dict[str, Path], register: bool) -> None:
+    """Print what was written and, unless told not to, register it as a model set: the first file is the
+    target whatever its type, each level below it named by its type. A refused registration removes the
+    files, so nothing half-made is left."""
+    from assistant import modelsets
+    from assistant.errors import AssistantError
+
     sizes = ", ".join(f"{path} ({path.stat().st_size / 1e6:,.1f} MB)" for path in written.values())
     summary = f"wrote {sizes}"
-    if not args.no_register:
-        ordered = [kind for kind in ("bf16", "mxfp4", "q8_0", "f16") if kind in written]
-        # the first level is the target whatever its type; below it each level is named by its type
+    if register:
+        ordered = [kind for kind in TYPES if kind in written]
         levels = [modelsets.Level("target" if i == 0 else kind, written[kind]) for i, kind in enumerate(ordered)]
         try:
             modelsets.register(name, levels)
         except modelsets.ModelSetError as error:
+            for path in written.values():
+                path.unlink(missing_ok=True)
             raise AssistantError(str(error)) from None
         summary += f"; registered model set {name!r} ({' -> '.join(level.role for level in levels)})"
     print(summary)
+
+
+def run(args) -> int:
+    import logging
+
+    from converters import convert
+    from converters.pipeline import DEFAULT_MXFP4_EMBEDDINGS, default_name
+
+    logging.getLogger("gguf").setLevel(logging.ERROR)  # gguf-py's notes on tokenizer quirks are not errors
+    written = convert(
+        args.source, outdir=args.outdir, name=args.name, types=output_types(args), force=args.force,
+        mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
+    )
+    report_and_register(args.name or default_name(args.source), written, register=not args.no_register)
     return 0

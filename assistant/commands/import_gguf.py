@@ -12,10 +12,10 @@ examples:
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from assistant.commands.convert import add_output_arguments, output_types, report_and_register
 
 HELP = "import a GGUF file (a path, or ollama:NAME[:TAG]) as a BF16 target + MXFP4 copy and register it"
-TYPES = ("bf16", "mxfp4", "q8_0", "f16")
 
 
 def add_arguments(parser):
@@ -26,50 +26,19 @@ def add_arguments(parser):
         "for a model ollama has pulled (LM Studio's files are plain paths under ~/.lmstudio/models or "
         "~/.cache/lm-studio/models)",
     )
-    parser.add_argument("--outdir", type=Path, help="where to write the GGUF files (default: the user models directory)")
-    parser.add_argument("--name", help="model set and file name (default: the file's general.name, else its file name)")
-    parser.add_argument(
-        "--types", default="bf16,mxfp4",
-        help=f"comma-separated output types among {', '.join(TYPES)} (default: bf16,mxfp4)",
-    )
-    parser.add_argument(
-        "--mxfp4-embeddings", choices=("bf16", "mxfp4"), default=None,
-        help="type of the token embeddings and output head in the MXFP4 file (default: bf16, as convert)",
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite existing output files")
-    parser.add_argument("--no-register", action="store_true", help="write the files without registering a model set")
+    add_output_arguments(parser, name_default="the file's general.name, else its file name")
 
 
 def run(args) -> int:
     import logging
 
-    from assistant import modelsets
-    from assistant.errors import AssistantError
     from converters.gguf_import import DEFAULT_MXFP4_EMBEDDINGS, import_gguf
 
     logging.getLogger("gguf").setLevel(logging.ERROR)
-    types = [t.strip() for t in args.types.split(",") if t.strip()]
-    for kind in types:
-        if kind not in TYPES:
-            raise AssistantError(f"--types: unknown type {kind!r} (choose from {', '.join(TYPES)})")
     written = import_gguf(
-        args.source, outdir=args.outdir, name=args.name, types=types, force=args.force,
+        args.source, outdir=args.outdir, name=args.name, types=output_types(args), force=args.force,
         mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
     )
     first = next(iter(written))
-    name = written[first].name.removesuffix(f".{first}.gguf")
-    sizes = ", ".join(f"{path} ({path.stat().st_size / 1e6:,.1f} MB)" for path in written.values())
-    summary = f"wrote {sizes}"
-    if not args.no_register:
-        ordered = [kind for kind in TYPES if kind in written]
-        # the first level is the target whatever its type; below it each level is named by its type
-        levels = [modelsets.Level("target" if i == 0 else kind, written[kind]) for i, kind in enumerate(ordered)]
-        try:
-            modelsets.register(name, levels)
-        except modelsets.ModelSetError as error:
-            for path in written.values():
-                path.unlink(missing_ok=True)
-            raise AssistantError(str(error)) from None
-        summary += f"; registered model set {name!r} ({' -> '.join(level.role for level in levels)})"
-    print(summary)
+    report_and_register(written[first].name.removesuffix(f".{first}.gguf"), written, register=not args.no_register)
     return 0

@@ -19,7 +19,7 @@ class Model(NativeHandle):
         ``vocab_only``: the vocabulary and metadata without the weights (for a model that runs elsewhere)."""
         self.path = Path(path)
         self.device = device
-        _check_gguf_file(self.path)
+        check_gguf_file(self.path)
         lib = llama()
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
@@ -134,7 +134,8 @@ class Model(NativeHandle):
             self.handle = None
 
 
-def _check_gguf_file(path: Path) -> None:
+def check_gguf_file(path: Path) -> None:
+    """A clear line for a path that is missing, a directory or not GGUF at all, before any reader sees it."""
     if not path.exists():
         raise AssistantError(f"{path}: no such GGUF file")
     if path.is_dir():

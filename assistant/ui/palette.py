@@ -64,9 +64,9 @@ def palette_entries(screen) -> list[tuple[str, str, Callable]]:
             roles = " ← ".join(level.role for level in screen.model_set.levels[:count])
             commands.append((f"Use {count} levels", roles, partial(editor.set_speculation, True, count)))
     try:
-        sets, default = modelsets.list_sets()
+        sets = modelsets.list_sets()[0]
     except modelsets.ModelSetError:
-        sets, default = [], None
+        sets = []
     for model_set in sets:
         current = " (in use)" if screen.model_set and screen.model_set.name == model_set.name else ""
         commands.append((f"Switch model set: {model_set.name}{current}",
