@@ -10,16 +10,16 @@ from functools import partial
 
 from textual import on, work
 from textual.message import Message
-from textual.widget import Widget
 
 from assistant.conversation import backend
 from assistant.conversation.store import Store
 from assistant.errors import AssistantError
+from assistant.ui.components.component import Component
 from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.widgets.messages import AnswerView
 
 
-class Answerer(Widget):
+class Answerer(Component):
     """Runs the answers on the pipeline ``loader`` holds; never shown."""
 
     class Finished(Message):
@@ -34,7 +34,6 @@ class Answerer(Widget):
 
     def __init__(self, loader: ModelLoader):
         super().__init__()
-        self.display = False
         self.loader = loader
         self.generating = False
         self.cancel = threading.Event()

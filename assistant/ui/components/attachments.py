@@ -13,12 +13,12 @@ from typing import Callable, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.widget import Widget
 
 from assistant.attachments import Attachment, AttachmentError, expand, mentions, read_file
 from assistant.conversation import attached_files, backend
 from assistant.conversation.store import Store
 from assistant.ui.components.command_runner import CommandRunner
+from assistant.ui.components.component import Component
 from assistant.ui.components.conversations import Conversations
 from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.screens.ask import ConfirmScreen
@@ -52,14 +52,13 @@ def line(attachments: list[Attachment]) -> str:
     return attachment_line((attachment, False) for attachment in attachments)
 
 
-class Attachments(Widget):
+class Attachments(Component):
     """Holds what the next message carries in ``pending`` and runs commands with its ``runner``; shows them
     on the ``bar``. Never shown itself."""
 
     def __init__(self, bar: AttachmentBar, conversations: Conversations, column: MessageColumn,
                  loader: ModelLoader, cwd: Path):
         super().__init__()
-        self.display = False
         self.bar = bar
         self.conversations = conversations
         self.column = column

@@ -9,11 +9,11 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from textual.widget import Widget
 
 from assistant.conversation import writing
 from assistant.conversation.codeblocks import code_blocks
 from assistant.ui.components.answerer import Answerer
+from assistant.ui.components.component import Component
 from assistant.ui.screens.ask import DiffScreen
 from assistant.ui.widgets.message_column import MessageColumn
 from assistant.ui.widgets.status_line import short_path
@@ -21,12 +21,11 @@ from assistant.ui.widgets.status_line import short_path
 USAGE = "Usage: /save N PATH, e.g. /save 1 src/app.py (N counts the last answer's code blocks from 1)"
 
 
-class CodeSaver(Widget):
+class CodeSaver(Component):
     """Never shown."""
 
     def __init__(self, column: MessageColumn, answerer: Answerer, cwd: Path):
         super().__init__()
-        self.display = False
         self.column = column
         self.answerer = answerer
         self.cwd = cwd

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from textual import on, work
 from textual.message import Message
-from textual.widget import Widget
 
 from assistant.attachments import Attachment, AttachmentError, run_command
+from assistant.ui.components.component import Component
 
 
-class CommandRunner(Widget):
+class CommandRunner(Component):
     """Never shown."""
 
     class Ran(Message):
@@ -29,7 +29,6 @@ class CommandRunner(Widget):
 
     def __init__(self):
         super().__init__()
-        self.display = False
         self.running = False
         self.cancel = threading.Event()
 

@@ -7,19 +7,19 @@ change through ``Switched``."""
 from __future__ import annotations
 
 from textual.message import Message
-from textual.widget import Widget
 from textual.widgets import Input
 
 from assistant.conversation import export as markdown
 from assistant.conversation.store import Conversation, Store
 from assistant.ui.components.answerer import Answerer
+from assistant.ui.components.component import Component
 from assistant.ui.screens.ask import AskScreen, ConfirmScreen
 from assistant.ui.widgets.attachment_bar import lines_by_message
 from assistant.ui.widgets.conversation_list import ConversationList
 from assistant.ui.widgets.message_column import MessageColumn, message_view
 
 
-class Conversations(Widget):
+class Conversations(Component):
     """Holds the open conversation in ``current`` (None before the first message); never shown."""
 
     class Switched(Message):
@@ -27,7 +27,6 @@ class Conversations(Widget):
 
     def __init__(self, sidebar: ConversationList, column: MessageColumn, answerer: Answerer):
         super().__init__()
-        self.display = False
         self.sidebar = sidebar
         self.column = column
         self.answerer = answerer

@@ -9,13 +9,13 @@ import threading
 
 from textual import on, work
 from textual.message import Message
-from textual.widget import Widget
 
 from assistant.conversation import backend
 from assistant.errors import AssistantError
+from assistant.ui.components.component import Component
 
 
-class ModelLoader(Widget):
+class ModelLoader(Component):
     """Holds the loaded pipeline; never shown."""
 
     class Loaded(Message):
@@ -29,7 +29,6 @@ class ModelLoader(Widget):
 
     def __init__(self):
         super().__init__()
-        self.display = False
         self.pipeline = None
         self.error: str | None = None
         self.ready = threading.Event()  # set once the latest load finished, successfully or not

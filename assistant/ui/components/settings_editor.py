@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from textual.widget import Widget
 
 from assistant.conversation.settings import ChatSettings, save
 from assistant.ui.components.answerer import Answerer
+from assistant.ui.components.component import Component
 from assistant.ui.components.conversations import Conversations
 from assistant.ui.screens.ask import AskScreen
 
@@ -40,12 +40,11 @@ def parse_command_timeout(text: str) -> float:
     return value
 
 
-class SettingsEditor(Widget):
+class SettingsEditor(Component):
     """Never shown."""
 
     def __init__(self, conversations: Conversations, answerer: Answerer, reload: Callable[[], None]):
         super().__init__()
-        self.display = False
         self.conversations = conversations
         self.answerer = answerer
         self.reload = reload
