@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROMPTS = REPO.parent / "shared" / "bench" / "prompts.jsonl"
 
 
 def _description() -> str:
@@ -171,12 +170,13 @@ def test_greedy_output_identical_to_stock(bench_gguf, tmp_path, kind):
     """The bench prompts' greedy continuations are the same with our kernels and the stock ones."""
     from llama_cpp import Llama
 
+    from assistant.bench.workloads import DEFAULT_PROMPTS
     from assistant.engine import backend
 
     backend.llama()  # the portable build's backends are modules, loaded from llama_cpp/lib first
     model = bench_gguf[f"target_{kind}"]
     tok = Llama(str(model), vocab_only=True, verbose=False)
-    prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines()[:6]]
+    prompts = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines()[:6]]
     differ = []
     for p in prompts:
         text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in p["messages"])

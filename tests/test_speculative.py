@@ -3,21 +3,18 @@ and every way a generation ends (EOS, max tokens, stop string, cancel, context) 
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
+from assistant.bench.workloads import DEFAULT_PROMPTS
 from assistant.engine.chat_template import apply_chat_template
 from assistant.errors import AssistantError
 from assistant.speculative import LevelStats, Pipeline, Sampling, Stats, TokenEvent
 
-PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "prompts.jsonl"
 
 
 def bench_prompts():
-    if not PROMPTS.exists():
-        pytest.skip(f"{PROMPTS} is not present")
-    return [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines() if line.strip()]
 
 
 def run(pipeline, messages, **options):
