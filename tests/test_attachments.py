@@ -101,13 +101,20 @@ def test_a_command_gives_its_output_and_exit_code(tmp_path):
     assert len(long.content) < 70000 and long.content.startswith("[… ") and long.content.rstrip().endswith("yyy")
 
 
-def process_gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie waiting for its new parent to reap it counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+def process_gone(pid: int, within: float = 2.0) -> bool:
+    """Whether process ``pid`` ends within ``within`` seconds (SIGKILL is delivered asynchronously; a zombie
+    waiting for its new parent to reap it counts as ended)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def test_a_stopped_command_keeps_its_output_so_far_and_ends_its_background_children(tmp_path):
