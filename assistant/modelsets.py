@@ -167,13 +167,13 @@ def deletable_files(model_set: ModelSet, models_dir: Path | None = None) -> list
 
 
 def set_target_rpc(name: str, endpoint: str | None, models_dir: Path | None = None) -> None:
-    """Run the set's target on the ggml-rpc-server at ``endpoint`` (HOST:PORT), or here again (None)."""
-    from assistant.engine.devices import split_endpoint
+    """Run the set's target on the ggml-rpc-server(s) at ``endpoint`` (HOST:PORT[=SHARE],...), or here again (None)."""
+    from assistant.engine.devices import split_endpoints
 
     models_dir = models_dir or home.models_dir()
     get(name, models_dir)
     if endpoint is not None:
-        split_endpoint(endpoint)
+        split_endpoints(endpoint)
     data = _read(models_dir)
     data["sets"][name].pop("target_rpc", None)
     if endpoint is not None:

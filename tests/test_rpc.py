@@ -289,3 +289,82 @@ def _receive_exactly(connection, count: int) -> bytes:
     while len(data) < count:
         data += connection.recv(count - len(data))
     return data
+
+
+def resident_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
+
+
+@contextlib.contextmanager
+def rpc_servers(count: int):
+    """``count`` ggml-rpc-servers on 127.0.0.1: (processes, endpoints)."""
+    servers = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            servers.append((start_rpc_server(port), f"127.0.0.1:{port}"))
+        yield [server for server, _ in servers], [endpoint for _, endpoint in servers]
+    finally:
+        for server, _ in servers:
+            server.kill()
+            server.wait()
+
+
+def test_a_target_split_over_two_servers_answers_as_the_local_one_each_holding_its_share(bench_gguf):
+    """`--target-rpc A,B`: llama.cpp divides the target's layers between the servers (here by their free memory,
+    equal on one machine; with `=SHARE`, as told), the drafters stay here, and the answers stay the local ones."""
+    files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
+    size_mb = files[0].stat().st_size / 2**20
+    with Pipeline.load(files[:1], n_ctx=512) as local:
+        expected = answer(local)
+    with rpc_servers(2) as (servers, endpoints):
+        idle = [resident_mb(server.pid) for server in servers]
+        with Pipeline.load(files, n_ctx=512, target_rpc=",".join(endpoints)) as chain:
+            assert answer(chain) == expected
+            held = [resident_mb(server.pid) - before for server, before in zip(servers, idle)]
+            assert all(0.3 * size_mb < mb < 0.8 * size_mb for mb in held), (held, size_mb)
+            assert chain.levels[1].context.model.path == files[1]  # the MXFP4 copy runs here
+    with rpc_servers(2) as (servers, endpoints):
+        idle = [resident_mb(server.pid) for server in servers]
+        with Pipeline.load(files[:1], n_ctx=512, target_rpc=f"{endpoints[0]}=3,{endpoints[1]}=1") as alone:
+            assert answer(alone) == expected
+            first, second = (resident_mb(server.pid) - before for server, before in zip(servers, idle))
+            assert first > 2 * second, (first, second)
+
+
+def test_endpoints_and_shares_are_checked_before_anything_loads():
+    from assistant.engine.devices import split_endpoints
+
+    assert split_endpoints("127.0.0.1:1,10.0.0.2:2") == (["127.0.0.1:1", "10.0.0.2:2"], None)
+    assert split_endpoints("a:1=3, b:2=0.5") == (["a:1", "b:2"], [3.0, 0.5])
+    for text, message in (("a:1,a:1", "named once"), ("a:1=2,b:2", "every server a share"),
+                          ("a:1=0", "positive number"), ("a:1=x", "positive number"), ("a:1,b", "HOST:PORT")):
+        with pytest.raises(AssistantError, match=message):
+            split_endpoints(text)
+
+
+def test_each_endpoint_of_a_split_is_probed_and_named(bench_gguf, rpc_endpoint):
+    hello_v6 = struct.pack("<QBBBB", 28, 6, 1, 0, 0) + bytes(24)
+    with fake_server(hello_v6) as other:
+        with pytest.raises(AssistantError, match=rf"the RPC server at {other} speaks RPC protocol 6\.1\.0"):
+            Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"{rpc_endpoint},{other}")
+    gone = f"127.0.0.1:{free_port()}"
+    with pytest.raises(AssistantError, match=rf"cannot reach the RPC server at {gone}"):
+        Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256, target_rpc=f"{rpc_endpoint},{gone}")
+
+
+def test_a_server_of_a_split_killed_mid_answer_is_named_and_the_answer_so_far_kept(bench_gguf):
+    files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
+    with rpc_servers(2) as (servers, endpoints):
+        with Pipeline.load(files, n_ctx=512, target_rpc=",".join(endpoints)) as pipeline:
+            whole = answer(pipeline)
+            said = []
+            with pytest.raises(remote.RemoteTargetLost, match=rf"RPC server at {endpoints[1]} \(of {endpoints[0]}, "
+                               rf"{endpoints[1]}\) dropped the connection while verifying .*the answer so far is kept"):
+                for event in pipeline.generate(PROMPT, Sampling(), 48):
+                    said.append(event.token)
+                    if len(said) >= 4 and servers[1].poll() is None:
+                        servers[1].kill()
+                        servers[1].wait()
+            assert 4 <= len(said) < 48 and said == whole[: len(said)]

@@ -12,8 +12,9 @@ def add_arguments(parser) -> None:
                         "else the registry's default); remembered for next time")
     parser.add_argument("--new", action="store_true", help="start a new conversation instead of resuming the last")
     parser.add_argument("--resume", type=int, metavar="ID", help="open the conversation with this id")
-    parser.add_argument("--target-rpc", metavar="HOST:PORT", help="run the target on the machine where "
-                        "`assistant rpc-server` listens (the drafters stay here) for this session; to keep it, see "
+    parser.add_argument("--target-rpc", metavar="HOST:PORT[,...]", help="run the target on the machine where "
+                        "`assistant rpc-server` listens (the drafters stay here; several, comma-separated, share its layers) "
+                        "for this session; to keep it, see "
                         "`assistant models remote`. The RPC protocol has no authentication: trusted networks only")
 
 
@@ -32,9 +33,9 @@ def run(args) -> int:
 
         model_set_or_demo()
     if args.target_rpc:
-        from assistant.engine.devices import split_endpoint
+        from assistant.engine.devices import split_endpoints
 
-        split_endpoint(args.target_rpc)
+        split_endpoints(args.target_rpc)
     store = Store()
     if args.resume is not None:
         store.conversation(args.resume)  # a clear error for an unknown id

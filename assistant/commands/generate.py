@@ -36,9 +36,10 @@ def add_arguments(parser):
                         help="tokens drafted per verification: a number (every level takes part, each drafting "
                              "that many) or 'adaptive' (default: before each verification the policy picks which "
                              "levels take part and how much each drafts, from measured costs and acceptance)")
-    models.add_argument("--target-rpc", metavar="HOST:PORT", help="run the target on the machine where "
+    models.add_argument("--target-rpc", metavar="HOST:PORT[,...]", help="run the target on the machine where "
                         "ggml-rpc-server listens at HOST:PORT (the drafters stay here; default: the model set's, "
-                        "see `assistant models remote`); the RPC protocol has no authentication: keep it on a "
+                        "see `assistant models remote`); several, comma-separated, share its layers (by free "
+                        "memory, or HOST:PORT=SHARE each); the RPC protocol has no authentication: keep it on a "
                         "trusted network")
     models.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     models.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")

@@ -25,7 +25,8 @@ def add_arguments(parser):
                             "sends each verification there. The RPC protocol has no authentication: use it only on "
                             "a network you trust.")
     remote.add_argument("name", metavar="NAME", help="the model set (see `assistant models list`)")
-    remote.add_argument("endpoint", metavar="HOST:PORT|off", help="the ggml-rpc-server's address, or `off`")
+    remote.add_argument("endpoint", metavar="HOST:PORT[,...]|off", help="the ggml-rpc-server's address "
+                        "(several, comma-separated, share the target's layers), or `off`")
 
 
 def run(args) -> int:

@@ -34,8 +34,8 @@ def add_arguments(parser) -> None:
                           "(default 4096)")
     parser.add_argument("--levels", type=int, help="use only the first N levels of the set (1 = the target alone)")
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
-    parser.add_argument("--target-rpc", metavar="HOST:PORT", help="run the target on the machine where "
-                        "ggml-rpc-server listens (the drafters stay here); keep that link on a trusted network")
+    parser.add_argument("--target-rpc", metavar="HOST:PORT[,...]", help="run the target on the machine where "
+                        "ggml-rpc-server listens (the drafters stay here; several, comma-separated, share its layers); keep that link on a trusted network")
     parser.add_argument("--temp", type=float, default=0.0, help="temperature for requests that do not give one "
                         "(default 0: greedy, the target's own most likely answer)")
     parser.add_argument("--queue", type=int, default=16, help="requests that may wait while one generates "

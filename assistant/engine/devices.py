@@ -15,6 +15,31 @@ from assistant.engine.backend import ggml_functions, llama
 from assistant.errors import AssistantError
 
 
+def split_endpoints(text: str) -> tuple[list[str], list[float] | None]:
+    """``HOST:PORT[=SHARE],...``: the servers that share a target's layers, and the shares given (None: all
+    left to llama.cpp, which divides the layers by each server's free memory)."""
+    endpoints, shares = [], []
+    for item in text.split(","):
+        endpoint, _, share = item.strip().partition("=")
+        split_endpoint(endpoint)
+        try:
+            value = float(share) if share else None
+        except ValueError:
+            value = -1.0
+        if value is not None and not 0 < value < float("inf"):
+            raise AssistantError(f"{item.strip()!r}: a server's share of the layers is a positive number, "
+                                 "e.g. 127.0.0.1:50052=2")
+        endpoints.append(endpoint)
+        shares.append(value)
+    if len(set(endpoints)) < len(endpoints):
+        raise AssistantError(f"{text!r}: each RPC server can be named once")
+    if all(share is None for share in shares):
+        return endpoints, None
+    if any(share is None for share in shares):
+        raise AssistantError(f"{text!r}: give every server a share of the layers, or none")
+    return endpoints, shares
+
+
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:

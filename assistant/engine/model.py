@@ -14,9 +14,11 @@ GGUF_MAGIC = b"GGUF"
 class Model(NativeHandle):
     """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
 
-    def __init__(self, path: str | Path, device=None, vocab_only: bool = False):
-        """``device``: where weights, cache and compute go (``devices.rpc_device``); None is this CPU.
-        ``vocab_only``: the vocabulary and metadata without the weights (for a model that runs elsewhere)."""
+    def __init__(self, path: str | Path, device=None, vocab_only: bool = False, split=None):
+        """``device``: where weights, cache and compute go (``devices.rpc_device``), or a list of devices that
+        share the layers (in proportion to ``split``, else as llama.cpp divides them: by free memory); None is
+        this CPU. ``vocab_only``: the vocabulary and metadata without the weights (for a model that runs
+        elsewhere)."""
         self.path = Path(path)
         self.device = device
         check_gguf_file(self.path)
@@ -25,9 +27,13 @@ class Model(NativeHandle):
         params.n_gpu_layers = 0
         params.vocab_only = vocab_only
         if device is not None:
-            self._devices = (ctypes.c_void_p * 2)(device, None)  # NULL-terminated; alive while loading
+            devices = list(device) if isinstance(device, (list, tuple)) else [device]
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)  # NULL-terminated; kept alive
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p).value
-            params.n_gpu_layers = -1  # every layer on that device
+            params.n_gpu_layers = -1  # every layer on those devices
+            if split:
+                self._split = (ctypes.c_float * lib.llama_max_devices())(*split)
+                params.tensor_split = self._split
         last_error()
         handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:

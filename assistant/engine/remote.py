@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from assistant.engine.context import check_evaluation, common_prefix
-from assistant.engine.devices import split_endpoint
+from assistant.engine.devices import split_endpoint, split_endpoints
 from assistant.errors import AssistantError
 
 # ggml-rpc's handshake: command byte 14 (HELLO), a 64-bit size and 24 bytes of transport capabilities (zero:
@@ -76,6 +76,15 @@ def probe(endpoint: str, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, in
     return major, minor, patch
 
 
+def _accepts(endpoint: str, timeout: float = 1.0) -> bool:
+    """Whether HOST:PORT still accepts a TCP connection (a busy ggml-rpc-server does: its queue takes it)."""
+    try:
+        socket.create_connection(split_endpoint(endpoint), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _receive(connection: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:
@@ -87,12 +96,14 @@ def _receive(connection: socket.socket, count: int) -> bytes:
 
 
 class RemoteContext:
-    """Context's surface (evaluate, behind, tokens, timings) over a model on a ggml-rpc-server."""
+    """Context's surface (evaluate, behind, tokens, timings) over a model on one ggml-rpc-server, or with its
+    layers split over several (``HOST:PORT[=SHARE],...``, devices.split_endpoints)."""
 
     def __init__(self, model, endpoint: str, n_ctx: int = 4096, threads: int = 1, **options):
         """``model``: the target loaded here with its vocabulary only (tokenizer, template, metadata)."""
         self.model = model
         self.endpoint = endpoint
+        self.endpoints, _ = split_endpoints(endpoint)
         self.n_vocab = model.n_vocab
         self.tokens: list[int] = []
         self.decode_seconds = 0.0
@@ -115,7 +126,8 @@ class RemoteContext:
 
     # --- the worker's lifetime --------------------------------------------------------------------
     def _start(self) -> None:
-        probe(self.endpoint)
+        for endpoint in self.endpoints:
+            probe(endpoint)
         n_ctx, threads, options = self._settings
         handle, self._log_path = tempfile.mkstemp(prefix="assistant-rpc-", suffix=".log")
         # ggml writes its abort message to stderr: the log keeps it off the terminal (a chat UI owns that), for us
@@ -151,7 +163,16 @@ class RemoteContext:
         except (EOFError, OSError):
             reason = f"dropped the connection while {doing}{self._worker_said()}"
         self._stop(kill=True)
-        raise RemoteTargetLost(f"the target's RPC server at {self.endpoint} {reason}{after}")
+        raise RemoteTargetLost(f"the target's RPC server at {self._culprits()} {reason}{after}")
+
+    def _culprits(self) -> str:
+        """The endpoint(s) to blame for a loss: of a split target, those that no longer accept a connection
+        (a killed server refuses, a frozen link lets the attempt time out), else all of them."""
+        if len(self.endpoints) == 1:
+            return self.endpoint
+        lost = [endpoint for endpoint in self.endpoints if not _accepts(endpoint)]
+        named = ", ".join(lost or self.endpoints)
+        return f"{named} (of {', '.join(self.endpoints)})"
 
     def _worker_said(self) -> str:
         """ggml's last words (its abort message), from the worker's log."""
@@ -255,13 +276,14 @@ def work() -> None:
     replies = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)
     from assistant.engine.context import Context
-    from assistant.engine.devices import rpc_device
+    from assistant.engine.devices import rpc_device, split_endpoints
     from assistant.engine.model import Model
     from assistant.engine.sequence import TokenSequence
 
     path, endpoint, n_ctx, threads, options, logits_path, log_path = requests.recv()
     try:
-        model = Model(path, device=rpc_device(endpoint))
+        endpoints, shares = split_endpoints(endpoint)
+        model = Model(path, device=[rpc_device(each) for each in endpoints], split=shares)
         context = Context(model, n_ctx=n_ctx, threads=threads, **options)
     except AssistantError as error:
         replies.send(("error", str(error)))
