@@ -136,3 +136,27 @@ def test_a_cache_of_another_geometry_is_refused(target, bench_gguf):
             assert other.tokens == []
     with Model(bench_gguf["target_mxfp4"]) as copy:
         assert copy.attention_geometry() == target.attention_geometry()
+
+
+def test_choices_made_in_the_graph_are_the_argmax_of_the_shared_vocabulary(target):
+    """``choose`` (the argmax computed by llama.cpp where the logits are) gives, row for row, the argmax the
+    coordinator takes of ``evaluate``'s logits over the shared vocabulary; the same context switches back to
+    logits for a sampled request."""
+    from assistant.speculative.pipeline import target_context_options
+
+    prompt = target.tokenize("def mean(values):\n    total = 0\n    for value in values:\n", add_special=False)
+    draft = target.tokenize("        total += value\n    return total / len(values)\n", add_special=False)[:9]
+    shared = 256  # a smaller vocabulary than the model's: the argmax must not look past it
+    options = target_context_options()
+    with Context(target, n_ctx=256, choices_for=shared, **options) as chooser, \
+            Context(target, n_ctx=256, **options) as plain:
+        assert chooser.chooses and not plain.chooses
+        limited = 0
+        for size in (1, 4, 9):
+            sequence = TokenSequence(prompt + draft[:size])
+            rows = np.array(plain.evaluate(sequence, len(prompt) - 1))
+            choices = chooser.choose(sequence, len(prompt) - 1)
+            assert choices.tolist() == rows[:, :shared].argmax(axis=1).tolist()
+            limited += int((rows.argmax(axis=1) != choices).sum())
+            assert np.array_equal(chooser.evaluate(sequence, len(prompt) - 1), rows)
+        assert limited  # some row's best token lies past the shared vocabulary

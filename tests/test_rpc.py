@@ -368,3 +368,32 @@ def test_a_server_of_a_split_killed_mid_answer_is_named_and_the_answer_so_far_ke
                         servers[1].kill()
                         servers[1].wait()
             assert 4 <= len(said) < 48 and said == whole[: len(said)]
+
+
+def test_greedy_verification_brings_back_token_ids_not_logits(tmp_path, rpc_endpoint, monkeypatch):
+    """A 152k-token vocabulary (Qwen2's): a row of logits is 608 KB. Greedy verification asks the server for each
+    row's argmax instead: the same answer, and at least 10x fewer bytes back per round."""
+    from assistant.bench.relay import Relay
+    from converters import convert
+    from converters.random_checkpoint import make_checkpoint
+
+    make_checkpoint(tmp_path / "hf", arch="qwen2", vocab=151936)
+    target = convert(tmp_path / "hf", outdir=tmp_path, name="wide", types=("bf16",), progress=False)["bf16"]
+    host, port = rpc_endpoint.split(":")
+    per_round, answers = {}, {}
+    for chooses in (False, True):
+        monkeypatch.setattr(remote.RemoteContext, "chooses", chooses)
+        relay = Relay((host, int(port)))
+        try:
+            with Pipeline.load([target], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
+                pipeline.generate(PROMPT, Sampling(), 1).finish()  # load and prompt
+                _, before = relay.counts()
+                calls = pipeline.levels[0].context.decode_calls
+                answers[chooses] = pipeline.generate(PROMPT + " return", Sampling(), 16).finish().tokens
+                rounds = pipeline.levels[0].context.decode_calls - calls
+                per_round[chooses] = (relay.counts()[1] - before) / rounds
+        finally:
+            relay.close()
+    assert answers[True] == answers[False] and len(answers[True]) == 16
+    assert per_round[False] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
+    assert per_round[True] * 10 < per_round[False], per_round

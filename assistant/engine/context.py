@@ -14,15 +14,21 @@ import time
 import numpy as np
 
 from assistant.engine.backend import NativeHandle, llama
+from assistant.engine.device_argmax import DeviceArgmax
 from assistant.engine.sequence import TokenSequence
 from assistant.errors import AssistantError
+
+
+MAX_CHOICE_ROWS = 64  # rows an evaluation may output when choices are made in the graph (a draft is <= 16)
 
 
 class Context(NativeHandle):
     """A KV cache over one model; ``tokens`` is what it holds, ``decode_seconds`` what decoding cost."""
 
     def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None,
-                 flash_attention: bool | None = None, min_batch: int = 1):
+                 flash_attention: bool | None = None, min_batch: int = 1, choices_for: int | None = None):
+        """``choices_for``: make ``choose`` available, its argmax over the first ``choices_for`` logits (the
+        shared vocabulary) computed in the graph; an evaluation then outputs at most MAX_CHOICE_ROWS rows."""
         lib = llama()
         self.model = model
         params = lib.llama_context_default_params()
@@ -35,10 +41,14 @@ class Context(NativeHandle):
         params.no_perf = True
         if flash_attention is not None:  # None leaves llama.cpp's automatic choice
             params.flash_attn_type = int(flash_attention)
+        if choices_for:  # llama.cpp sizes its buffers for backend sampling by these
+            params.n_outputs_max = params.n_outputs_max_per_seq = MAX_CHOICE_ROWS
         handle = lib.llama_init_from_model(model.handle, params)
         if not handle:
             raise AssistantError(f"{model.path}: llama.cpp could not create a context of {n_ctx} tokens")
         self.handle = handle
+        self._argmax = DeviceArgmax(handle, choices_for) if choices_for else None
+        self.chooses = self._argmax is not None  # the chain may call choose() instead of evaluate()
         self.n_ctx = lib.llama_n_ctx(handle)
         self.n_batch = lib.llama_n_batch(handle)
         self.n_vocab = model.n_vocab
@@ -71,6 +81,21 @@ class Context(NativeHandle):
 
         The view is valid until the next call on this context.
         """
+        if self._argmax is not None:
+            self._argmax.detach()
+        end, outputs_from = self._hold(sequence, first_output)
+        return self._logits(end - outputs_from)[first_output - outputs_from :]
+
+    def choose(self, sequence: TokenSequence, first_output: int) -> np.ndarray:
+        """As ``evaluate``, but only the argmax of each row (over the shared vocabulary), computed where the
+        logits are: what greedy verification reads, without the logits crossing to this process."""
+        if not self._argmax.attach():
+            raise AssistantError(f"{self.model.path}: llama.cpp refused the argmax in its graph")
+        end, _ = self._hold(sequence, first_output)
+        return self._argmax.choices(end - first_output)
+
+    def _hold(self, sequence: TokenSequence, first_output: int) -> tuple[int, int]:
+        """Evaluate what the cache lacks of ``sequence``; (its end, the first position that output logits)."""
         tokens = sequence.tokens
         end = check_evaluation(tokens, first_output, self.n_ctx)
         keep = min(self._shared_prefix(sequence), first_output)
@@ -90,7 +115,7 @@ class Context(NativeHandle):
             self._decode(tokens, start, stop, max(outputs_from, start))
             start = stop
         self.tokens.extend(tokens[keep:end])
-        return self._logits(end - outputs_from)[first_output - outputs_from :]
+        return end, outputs_from
 
     def adopt_cache(self, source: "Context") -> bool:
         """Take a copy of ``source``'s whole cache instead of evaluating its tokens; False if refused.
@@ -172,6 +197,8 @@ class Context(NativeHandle):
 
     def close(self) -> None:
         if getattr(self, "handle", None):
+            if self._argmax is not None:
+                self._argmax.detach()
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self.handle)
             self.handle = None

@@ -99,8 +99,12 @@ class RemoteContext:
     """Context's surface (evaluate, behind, tokens, timings) over a model on one ggml-rpc-server, or with its
     layers split over several (``HOST:PORT[=SHARE],...``, devices.split_endpoints)."""
 
-    def __init__(self, model, endpoint: str, n_ctx: int = 4096, threads: int = 1, **options):
-        """``model``: the target loaded here with its vocabulary only (tokenizer, template, metadata)."""
+    chooses = True  # greedy verification asks for choose(): token ids, not logits, cross the network
+
+    def __init__(self, model, endpoint: str, n_ctx: int = 4096, threads: int = 1, n_shared: int | None = None,
+                 **options):
+        """``model``: the target loaded here with its vocabulary only (tokenizer, template, metadata);
+        ``n_shared``: the vocabulary the chain shares, over which ``choose`` takes its argmax there."""
         self.model = model
         self.endpoint = endpoint
         self.endpoints, _ = split_endpoints(endpoint)
@@ -109,7 +113,7 @@ class RemoteContext:
         self.decode_seconds = 0.0
         self.decode_calls = 0
         self.last_batch = 0
-        self._settings = (n_ctx, threads, options)
+        self._settings = (n_ctx, threads, {**options, "choices_for": n_shared or model.n_vocab})
         self._process = self._to_worker = self._from_worker = None
         handle, self._logits_path = tempfile.mkstemp(prefix="assistant-logits-", dir=_shared_memory_dir())
         os.close(handle)
@@ -205,15 +209,26 @@ class RemoteContext:
     def evaluate(self, sequence, first_output: int) -> np.ndarray:
         """Hold ``sequence`` in the remote cache; logits of positions ``first_output``.. as a view that is valid
         until the next call."""
+        rows = len(sequence) - first_output
+        self._remote("evaluate", sequence, first_output, rows * self.n_vocab * 4)
+        return self._view(np.float32, rows, self.n_vocab)
+
+    def choose(self, sequence, first_output: int) -> np.ndarray:
+        """As ``evaluate``, but only each row's argmax over the shared vocabulary, chosen on the server: one token
+        id a row comes back over the network instead of n_vocab floats."""
+        rows = len(sequence) - first_output
+        self._remote("choose", sequence, first_output, rows * 4)
+        return self._view(np.int32, rows)
+
+    def _remote(self, request: str, sequence, first_output: int, reply_bytes: int) -> None:
         tokens = sequence.tokens
         end = check_evaluation(tokens, first_output, self.n_ctx)
         if self._process is None:
             self._start()
         keep = common_prefix(self.tokens, tokens)
-        rows = end - first_output
-        logits = self._logits(rows)
+        self._grow(reply_bytes)
         began = time.perf_counter()
-        self._to_worker.send(("evaluate", keep, tokens[keep:], first_output))
+        self._to_worker.send((request, keep, tokens[keep:], first_output))
         reply = self._reply(EVALUATE_SECONDS + EVALUATE_SECONDS_PER_TOKEN * (end - keep), "verifying",
                             "; the answer so far is kept, and the next answer reconnects")
         self.decode_seconds += time.perf_counter() - began
@@ -221,18 +236,18 @@ class RemoteContext:
         self.last_batch = reply[1]
         del self.tokens[keep:]  # the worker's cache now holds the sequence: mirror it by its new tail only
         self.tokens += tokens[keep:]
-        return logits
 
-    def _logits(self, rows: int) -> np.ndarray:
-        """A (rows, n_vocab) view of the shared file, grown first where it is too small."""
-        size = rows * self.n_vocab * 4
+    def _view(self, dtype, *shape) -> np.ndarray:
+        return np.frombuffer(self._mapping, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+    def _grow(self, size: int) -> None:
+        """Make the shared file hold at least ``size`` bytes."""
         if self._mapping is None or len(self._mapping) < size:
             size = max(size, 2 * len(self._mapping or b""))
             with open(self._logits_path, "r+b") as file:
                 file.truncate(size)
                 # the old mapping is not closed: views of it handed out earlier may live on, and keep it open
                 self._mapping = mmap.mmap(file.fileno(), size)
-        return np.frombuffer(self._mapping, dtype=np.float32, count=rows * self.n_vocab).reshape(rows, self.n_vocab)
 
     def behind(self, sequence) -> int:
         return len(sequence) - common_prefix(self.tokens, sequence.tokens)
@@ -298,21 +313,21 @@ def work() -> None:
             break
         if message[0] == "close":
             break
-        _, keep, new, first_output = message
+        request, keep, new, first_output = message
         sequence.truncate(keep)
         sequence.extend(new)
         try:
-            logits = context.evaluate(sequence, first_output)
+            result = (context.choose if request == "choose" else context.evaluate)(sequence, first_output)
         except AssistantError as error:
             context.reset()
             sequence = TokenSequence()
             replies.send(("error", str(error)))
             continue
-        if mapping is None or len(mapping) < logits.nbytes:
+        if mapping is None or len(mapping) < result.nbytes:
             with open(logits_path, "r+b") as file:
                 mapping = mmap.mmap(file.fileno(), os.fstat(file.fileno()).st_size)
-        np.frombuffer(mapping, dtype=np.float32, count=logits.size)[:] = logits.ravel()
-        replies.send(("logits", context.last_batch))
+        np.frombuffer(mapping, dtype=result.dtype, count=result.size)[:] = result.ravel()
+        replies.send(("done", context.last_batch))
     context.close()
     model.close()
     Path(log_path).unlink(missing_ok=True)  # an orderly end (the parent may be gone): nothing to read in it

@@ -89,10 +89,12 @@ class Chain:
             below = self.levels[drafter]
             drafted = self._produce(plan, at + 1, wanted, min(plan.rooms[at], room - 1))
         began = time.perf_counter()
-        rows = level.context.evaluate(self.sequence, base - 1)
-        if self.greedy:
-            accepted, token = self._verify_greedy(rows, base, drafted)
+        if self.greedy and getattr(level.context, "chooses", False):  # the argmax made where the logits are
+            accepted, token = self._verify_choices(level.context.choose(self.sequence, base - 1), base, drafted)
+        elif self.greedy:
+            accepted, token = self._verify_greedy(level.context.evaluate(self.sequence, base - 1), base, drafted)
         else:
+            rows = level.context.evaluate(self.sequence, base - 1)
             accepted, token = self._verify_sampled(index, below, rows, base, drafted, row)
         self._cut(base + accepted)
         self._append(token, index)
@@ -146,6 +148,14 @@ class Chain:
             if choice != tokens[base + j]:
                 return j, choice
         return drafted, int(rows[drafted, : self.n_shared].argmax())
+
+    def _verify_choices(self, choices: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
+        """``_verify_greedy`` over the verifier's argmax of each row, made by the context itself."""
+        tokens = self.sequence.tokens
+        for j in range(drafted):
+            if int(choices[j]) != tokens[base + j]:
+                return j, int(choices[j])
+        return drafted, int(choices[drafted])
 
     def _verify_sampled(self, index: int, below, rows: np.ndarray, base: int, drafted: int,
                         row: int) -> tuple[int, int]:

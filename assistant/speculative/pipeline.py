@@ -61,7 +61,7 @@ class Pipeline:
                 models.append(Model(path, vocab_only=index == 0 and target_rpc is not None))
             n_shared = shared_vocab_size(models)
             chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads,
-                                 target_rpc)
+                                 target_rpc, n_shared)
         except BaseException:
             for model in models:
                 model.close()
@@ -205,7 +205,8 @@ def default_ngram(draft_length, models: int) -> bool:
     return draft_length == "adaptive" and models > 1
 
 
-def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: str | None = None) -> list[ModelLevel]:
+def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: str | None = None,
+                 n_shared: int | None = None) -> list[ModelLevel]:
     """One context per model, target first, each with the options its place in the chain needs; with
     ``target_rpc`` the target's context lives on that ggml-rpc-server (its model here holds the vocabulary)."""
     from assistant.engine import Context
@@ -220,7 +221,7 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: s
             # drafters skip CPU flash attention, which takes one query at a time; the plain graph batches a draft
             options = target_context_options() if index == 0 else {"flash_attention": False}
             if index == 0 and target_rpc is not None:
-                context = RemoteContext(model, target_rpc, n_ctx=n_ctx, threads=threads, **options)
+                context = RemoteContext(model, target_rpc, n_ctx=n_ctx, threads=threads, n_shared=n_shared, **options)
             else:
                 context = Context(model, n_ctx=n_ctx, threads=threads, **options)
             shares = index > 0 and geometry is not None and model.attention_geometry() == geometry
