@@ -47,7 +47,8 @@ class Chain:
             level.prepare(self.n_shared, rows, not self.greedy)
             if not level.is_model or (index and level.shares_target_cache and level.context.adopt_cache(target)):
                 continue
-            level.context.evaluate(sequence, len(sequence) - 1)
+            context = level.context  # its logits are not read here: a remote target sends a token id instead
+            (context.choose if getattr(context, "chooses", False) else context.evaluate)(sequence, len(sequence) - 1)
 
     # --- the nested loop --------------------------------------------------------------------------
     def step(self, limit: int) -> list[tuple[int, int]]:
