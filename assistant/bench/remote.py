@@ -6,7 +6,8 @@ and first removes the namespaces of benches that died before cleaning up (a left
 addresses would swallow the connections). A ``Relay`` in front of each
 server adds the round-trip delay (``tc netem`` needs a kernel module that containers often lack) and counts
 the bytes each way. The server serves one client at a time, so the two compared pipelines (the remote target
-alone, and the whole chain over it) get a server each. Every answer is checked against the local target's.
+alone, and the whole chain over it) get servers of their own: one each, then two each holding half the
+target's layers (a target split over two machines). Every answer is checked against the local target's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from assistant.bench.summary import geomean
 from assistant.errors import AssistantError
 
 DELAYS_MS = (0.0, 2.0, 10.0)
+SPLITS = (1, 2)  # servers sharing the target's layers
 NETWORK = ipaddress.IPv4Network("10.231.0.0/16")  # split into /30s: this side .1, the stand-in machine .2
 NAMESPACE_PREFIX = "assistant-bench-"
 PORT = 50052
@@ -166,67 +168,80 @@ def wait_listening(server: subprocess.Popen, endpoint: tuple[str, int], seconds:
             time.sleep(0.1)
 
 
-def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, delays=DELAYS_MS, say=print) -> dict:
-    """Per delay: tokens/s of the chain over the remote target and of that target alone, bytes per round."""
+def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, delays=DELAYS_MS, splits=SPLITS,
+            say=print) -> dict:
+    """Per split (servers holding the target's layers) and delay: tokens/s of the chain over the remote target
+    and of that target alone, bytes each way per verification round."""
     from assistant.speculative import Pipeline
 
     with Pipeline.load(model_set.first(1), threads=threads) as local:
         expected = {prompt["id"]: pairs.answer_in_process(local, prompt["messages"], max_tokens).ids
                     for prompt in prompts}
     rows = []
-    with RemoteMachine(2, threads, say) as machine:
-        for delay in delays:
-            relays = {way: Relay(endpoint, delay) for way, endpoint in zip(("chain", "alone"), machine.endpoints)}
-            try:
-                rows.append(_at_delay(model_set, prompts, max_tokens, threads, delay, relays, expected, say))
-            finally:
-                for relay in relays.values():
-                    relay.close()
+    with RemoteMachine(2 * max(splits), threads, say) as machine:
+        for servers in splits:
+            endpoints = {"chain": machine.endpoints[:servers], "alone": machine.endpoints[servers : 2 * servers]}
+            for delay in delays:
+                relays = {way: [Relay(endpoint, delay) for endpoint in endpoints[way]] for way in endpoints}
+                try:
+                    rows.append(_at_delay(model_set, prompts, max_tokens, threads, delay, relays, expected, say))
+                finally:
+                    for relay in (relay for group in relays.values() for relay in group):
+                        relay.close()
         where = machine.where
     return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": pairs.REPEATS,
             "remote": where, "rows": rows, "differing_from_local_target": sum(row["differing"] for row in rows)}
 
 
+def _counts(relays) -> tuple[int, int]:
+    """Bytes out and back over all the servers of one target."""
+    counts = [relay.counts() for relay in relays]
+    return sum(sent for sent, _ in counts), sum(received for _, received in counts)
+
+
 def _at_delay(model_set, prompts, max_tokens, threads, delay, relays, expected, say) -> dict:
     from assistant.speculative import Pipeline
 
-    with Pipeline.load(model_set, threads=threads, target_rpc=relays["chain"].endpoint) as chain, \
-            Pipeline.load(model_set.first(1), threads=threads, target_rpc=relays["alone"].endpoint) as alone:
+    targets = {way: ",".join(relay.endpoint for relay in group) for way, group in relays.items()}
+    with Pipeline.load(model_set, threads=threads, target_rpc=targets["chain"]) as chain, \
+            Pipeline.load(model_set.first(1), threads=threads, target_rpc=targets["alone"]) as alone:
         pipelines = {"chain": chain, "alone": alone}
         ways = {way: (lambda messages, p=pipeline: pairs.answer_in_process(p, messages, max_tokens))
                 for way, pipeline in pipelines.items()}
-        before = {way: (relays[way].counts(), pipelines[way].levels[0].context.decode_calls) for way in ways}
+        before = {way: (_counts(relays[way]), pipelines[way].levels[0].context.decode_calls) for way in ways}
         speeds, differing = {"chain": [], "alone": []}, 0
         for prompt, runs in pairs.alternate(prompts, ways):
-            differing += runs["alone"][0].ids != expected[prompt["id"]]
+            differing += (runs["alone"][0].ids != expected[prompt["id"]]) + (runs["chain"][0].ids != expected[prompt["id"]])
             for way in ways:
                 speeds[way].append(pairs.tokens_per_second(runs[way]))
         traffic = {}
         for way, ((sent, received), calls) in before.items():
-            now_sent, now_received = relays[way].counts()
+            now_sent, now_received = _counts(relays[way])
             rounds = pipelines[way].levels[0].context.decode_calls - calls
             traffic[way] = {"rounds": rounds, "sent_per_round": (now_sent - sent) / max(rounds, 1),
                             "received_per_round": (now_received - received) / max(rounds, 1)}
-    row = {"delay_ms": delay, "chain_tps": geomean(speeds["chain"]), "alone_tps": geomean(speeds["alone"]),
-           "differing": differing, "traffic": traffic, "roles": chain.roles}
+    servers = len(relays["chain"])
+    row = {"servers": servers, "delay_ms": delay, "chain_tps": geomean(speeds["chain"]),
+           "alone_tps": geomean(speeds["alone"]), "differing": differing, "traffic": traffic, "roles": chain.roles}
     row["chain_over_alone"] = row["chain_tps"] / row["alone_tps"]
-    say(f"  +{delay:g} ms round trip: chain {row['chain_tps']:.1f} tokens/s, remote target alone "
-        f"{row['alone_tps']:.1f} ({row['chain_over_alone']:.2f}x); per verification round "
-        f"{traffic['chain']['sent_per_round'] / 1e3:.0f} kB out, {traffic['chain']['received_per_round'] / 1e3:.0f} kB "
-        f"back (alone: {traffic['alone']['sent_per_round'] / 1e3:.0f} / {traffic['alone']['received_per_round'] / 1e3:.0f})"
-        f"; {differing} prompts differ from the local target")
+    say(f"  {servers} server{'s' if servers > 1 else ''}, +{delay:g} ms round trip: chain {row['chain_tps']:.1f} "
+        f"tokens/s, remote target alone {row['alone_tps']:.1f} ({row['chain_over_alone']:.2f}x); per verification "
+        f"round {traffic['chain']['sent_per_round'] / 1e3:.1f} kB out, {traffic['chain']['received_per_round']:.0f} B "
+        f"back (alone: {traffic['alone']['sent_per_round'] / 1e3:.1f} kB / {traffic['alone']['received_per_round']:.0f} B)"
+        f"; {differing} answers differ from the local target")
     return row
 
 
 def report(result: dict) -> str:
     lines = [f"Remote target ({result['remote']}), model set {result['model_set']!r}, "
              f"{result['max_tokens']} tokens, medians of {result['repeats']}, geomean over prompts:", "",
-             "| added round trip | chain tokens/s | remote target alone | chain / alone | kB out per round | "
-             "kB back per round |", "|---|---|---|---|---|---|"]
+             "| servers | added round trip | chain tokens/s | remote target alone | chain / alone | kB out per round | "
+             "bytes back per round |", "|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         chain = row["traffic"]["chain"]
-        lines.append(f"| {row['delay_ms']:g} ms | {row['chain_tps']:.1f} | {row['alone_tps']:.1f} | "
-                     f"{row['chain_over_alone']:.2f}x | {chain['sent_per_round'] / 1e3:.0f} | "
-                     f"{chain['received_per_round'] / 1e3:.0f} |")
-    lines.append(f"\nAnswers differing from the local target: {result['differing_from_local_target']}")
+        lines.append(f"| {row.get('servers', 1)} | {row['delay_ms']:g} ms | {row['chain_tps']:.1f} | {row['alone_tps']:.1f} | "
+                     f"{row['chain_over_alone']:.2f}x | {chain['sent_per_round'] / 1e3:.1f} | "
+                     f"{chain['received_per_round']:.0f} |")
+    lines.append(f"\nAnswers (the chain's and the remote target alone's) differing from the local target: "
+                 f"{result['differing_from_local_target']}")
     return "\n".join(lines)
