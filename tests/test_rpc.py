@@ -6,6 +6,7 @@ import struct
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
 from assistant.bench.remote import wait_listening
@@ -397,3 +398,33 @@ def test_greedy_verification_brings_back_token_ids_not_logits(tmp_path, rpc_endp
     assert answers[True] == answers[False] and len(answers[True]) == 16
     assert per_round[False] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
     assert per_round[True] * 10 < per_round[False], per_round
+
+
+def test_the_remote_target_computes_with_our_kernels_bit_for_bit_as_here(bench_gguf, monkeypatch):
+    """`assistant rpc-server` holds the weights in our buffer type, so a verification batch there runs our
+    kernels: its logits are the local run's, bit for bit (with llama.cpp's stock kernels there, they are not)."""
+    from assistant.engine import Context, Model
+    from assistant.engine.remote import RemoteContext
+    from assistant.engine.sequence import TokenSequence
+    from assistant.speculative.pipeline import target_context_options
+
+    path = bench_gguf["target_bf16"]
+    options = target_context_options()
+    with Model(path) as model, Model(path, vocab_only=True) as vocabulary:
+        prompt = model.tokenize(PROMPT, add_special=False)
+        draft = model.tokenize("\n        return n\n    return fibonacci(n - 1)", add_special=False)[:8]
+        sequence = TokenSequence(prompt + draft)
+        with Context(model, n_ctx=256, **options) as local:
+            here = np.array(local.evaluate(sequence, len(prompt) - 1))
+        for kernels, equal in (("auto", True), ("stock", False)):
+            monkeypatch.setenv("ASSISTANT_BF16_KERNEL", kernels)
+            port = free_port()
+            server = start_rpc_server(port)
+            try:
+                remote_context = RemoteContext(vocabulary, f"127.0.0.1:{port}", n_ctx=256, **options)
+                there = np.array(remote_context.evaluate(sequence, len(prompt) - 1))
+                remote_context.close()
+            finally:
+                server.kill()
+                server.wait()
+            assert there.shape == here.shape and np.array_equal(there, here) == equal, kernels

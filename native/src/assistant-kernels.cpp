@@ -144,13 +144,11 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
 
 MatmulTraits g_traits;
 
-ggml_status buffer_init_tensor(ggml_backend_buffer_t, ggml_tensor * tensor) {
-    tensor->extra = is_our_weight(tensor) ? (void *) &g_traits : nullptr;
-    return GGML_STATUS_SUCCESS;
-}
-
+// Whether a tensor of our buffer is held repacked is decided by the tensor itself (no ``extra`` is kept): an
+// RPC server rebuilds every tensor it is sent from a description before it writes the tensor or computes with
+// it. Everything else in the buffer (norms, a KV cache, a server's compute buffers) is plain memory.
 void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data, size_t offset, size_t size) {
-    if (t->extra == nullptr) {
+    if (!is_our_weight(t)) {
         std::memcpy((char *) t->data + offset, data, size);
         return;
     }
@@ -163,7 +161,7 @@ void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data
 }
 
 void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data, size_t offset, size_t size) {
-    if (t->extra == nullptr) {
+    if (!is_our_weight(t)) {
         std::memcpy(data, (const char *) t->data + offset, size);
         return;
     }
@@ -197,7 +195,6 @@ ggml_backend_buffer_t buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t 
     if (buffer == nullptr) return nullptr;
     ask_for_huge_pages(ggml_backend_buffer_get_base(buffer), size);
     buffer->buft              = buft;
-    buffer->iface.init_tensor = buffer_init_tensor;
     buffer->iface.set_tensor  = buffer_set_tensor;
     buffer->iface.get_tensor  = buffer_get_tensor;
     buffer->iface.cpy_tensor  = nullptr;
@@ -218,8 +215,9 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
 
     ggml::cpu::tensor_traits * get_tensor_traits(const ggml_tensor * op) override {
         const ggml_tensor * w = op->src[0];
-        if (op->op == GGML_OP_MUL_MAT && w && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type()) {
-            return (ggml::cpu::tensor_traits *) w->extra;
+        if (op->op == GGML_OP_MUL_MAT && w && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type() &&
+            is_our_weight(w)) {
+            return &g_traits;
         }
         return nullptr;
     }
