@@ -3,6 +3,7 @@ llama-speculative-simple), plus its bad-input errors and the arithmetic of its s
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -59,7 +60,8 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert "| after the prompt (geomean) |" in text and "- after the prompt " in text
     assert "Adaptive policy:" in text and "the best fixed pipeline" in text and "Target rounds per chain shape" in text
     rows = [line for line in text.splitlines() if line.startswith("| (")]
-    assert rows[0].startswith("| (o) llama.cpp plain decoding") and "over (o) llama.cpp plain" in text
+    assert rows[0].startswith("| (o) stock llama.cpp kernels and settings in our decoding loop")
+    assert "over (o) stock kernels in our loop" in text
     assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0
     costs = {int(n): seconds for n, seconds in workload["verify_costs"].items()}
     assert sorted(costs) == list(range(1, 17)) and min(costs.values()) > 0
@@ -401,3 +403,61 @@ def running(pattern: str) -> bool:
 
 def namespaces() -> list[str]:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
+
+
+@pytest.fixture
+def tiny_set(tiny_checkpoint, tmp_path):
+    """A registered three-level set of tiny random models: a target, its MXFP4 copy, a smaller random draft."""
+    from assistant import modelsets
+    from converters import convert
+
+    target = convert(tiny_checkpoint(seed=0), outdir=tmp_path, name="target", types=("bf16", "mxfp4"), progress=False)
+    draft = convert(tiny_checkpoint(seed=1, intermediate_size=64), outdir=tmp_path, name="draft", types=("mxfp4",),
+                    progress=False)
+    return modelsets.register("tiny", [modelsets.Level("target", target["bf16"]),
+                                       modelsets.Level("mxfp4", target["mxfp4"]),
+                                       modelsets.Level("draft", draft["mxfp4"])], make_default=True)
+
+
+def test_set_run_compares_its_chain_shapes_with_llama_cpps_own_programs(tmp_path, tiny_set):
+    """`bench --set`: our chain shapes and llama.cpp's programs (llama-bench, llama-speculative-simple with each draft
+    and with its n-gram lookup) really run, alternating, on the set's files; the report gives their command lines."""
+    out = tmp_path / "out"
+    done = bench("--set", "tiny", "--limit", "2", "--max-tokens", "12", "--threads", "1", "--sweep-lengths", "2,3",
+                 "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((out / "bench.json").read_text())["set"]
+    runs, rows = record["runs"], record["summary"]["rows"]
+    assert list(runs) == ["target", "target+mxfp4", "target+draft", "target+ngram", "default-chain",
+                          "llama-bench-stock", "llama-bench-ours", "llama-spec-mxfp4", "llama-spec-draft",
+                          "llama-spec-ngram"]
+    assert record["order"][:4] == ["target", "llama-bench-stock", "target+mxfp4", "llama-bench-ours"]
+    assert [row["method"] for row in record["llama_cpp_sweep"]] == ["llama-spec-mxfp4"] * 2 + ["llama-spec-draft"] * 2
+    bin_dir = build.tools_dir()
+    for key, records in runs.items():
+        assert len(records) == 2 and all(r["new_tokens"] >= 1 and r["seconds"] > 0 for r in records), key
+        if key.startswith("llama-"):
+            program = next(word for word in shlex.split(records[0]["command"]) if "=" not in word)
+            assert Path(program).parent == bin_dir and Path(program).is_file(), key
+            assert records[0]["command"].startswith("ASSISTANT_BF16_KERNEL=stock ") != (key == "llama-bench-ours")
+        else:
+            assert rows[key]["differing"] == 0, key
+    assert " -pg " in runs["llama-bench-stock"][0]["command"]
+    prompt_tokens = record["prompts"][0]["tokens"]
+    assert f"-p {prompt_tokens} -n 0 -pg {prompt_tokens},12 " in runs["llama-bench-ours"][0]["command"]
+    assert "--spec-type ngram-simple" in runs["llama-spec-ngram"][0]["command"]
+    assert str(tiny_set.levels[2].path) in runs["llama-spec-draft"][0]["command"]
+    assert rows["target"]["over_target"] == pytest.approx(1.0)
+    assert rows["llama-bench-stock"]["over_plain_stock"] == pytest.approx(1.0)
+    assert rows["default-chain"]["over_best_speculative"] > 0 and rows["target"]["after_prompt_over_plain_ours"] > 0
+    text = (out / "bench.md").read_text()
+    assert "# `assistant bench --set tiny`" in text and "CPU: " in text and "Goals (issue 40):" in text
+    for key in runs:
+        if key.startswith("llama-"):
+            assert runs[key][0]["command"] in text, key
+
+
+def test_set_run_on_a_missing_set_is_a_one_line_error(tmp_path, tiny_set, capsys):
+    assert main(["bench", "--set", "nonesuch", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no model set named 'nonesuch' (registered: tiny)" in err

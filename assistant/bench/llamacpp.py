@@ -1,4 +1,5 @@
-"""llama.cpp's own speculative decoding, `llama-speculative-simple`, run on our GGUF files.
+"""llama.cpp's own speculative decoding, `llama-speculative-simple`, run on our GGUF files: with a draft
+model (``--spec-type draft-simple``) or with its n-gram lookup in the text so far (``ngram-simple``, no draft).
 
 It loads both models on every run, so its wall time is mostly loading; we use the times it prints itself
 ("encoded N tokens in S seconds", "decoded N tokens in S seconds"): prompt plus generation, which is what
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -24,6 +26,9 @@ PROGRAM = "llama-speculative-simple"
 ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
+DRAFT, NGRAM = "draft-simple", "ngram-simple"
+# What a user of plain llama.cpp runs: its own kernels, not the ones our native build adds.
+STOCK_KERNELS = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock"}
 
 
 @dataclass
@@ -35,6 +40,7 @@ class SpeculativeRun:
     prompt_seconds: float  # encode
     drafted: int
     accepted: int
+    command: str = ""  # the command line as a shell would take it, environment settings first
 
     def as_result(self, draft_role: str, draft_length: int) -> dict:
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
@@ -56,30 +62,58 @@ class SpeculativeRun:
         }
 
 
-def run(bin_dir: Path, target: Path, draft: Path, prompt: str, max_tokens: int, draft_length: int,
-        threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900) -> SpeculativeRun:
-    command = [
-        str(bin_dir / PROGRAM), "-m", str(target), "-md", str(draft), "--no-escape", "-p", prompt,
-        "-n", str(max_tokens),
-        "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_length), "--spec-draft-n-min", "0",
-        "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads),
-        "--temp", "0", "--top-k", "1", "-c", str(n_ctx), "-b", str(n_ctx),
-    ]
+def command(bin_dir: Path, target: Path, draft: Path | None, prompt: str, max_tokens: int, draft_length: int,
+            threads: int, n_ctx: int = 4096, spec_type: str = DRAFT) -> list[str]:
+    """The program's arguments: greedy, ``draft_length`` tokens at most per draft (a draft model's, or for
+    ngram-simple, which takes no draft model, its own default lengths)."""
+    arguments = [str(bin_dir / PROGRAM), "-m", str(target)]
+    if spec_type == DRAFT:
+        arguments += ["-md", str(draft), "--spec-type", DRAFT, "--spec-draft-n-max", str(draft_length),
+                      "--spec-draft-n-min", "0", "-td", str(threads), "-tbd", str(threads)]
+    else:
+        arguments += ["--spec-type", spec_type]
+    return arguments + ["--no-escape", "-p", prompt, "-n", str(max_tokens), "-t", str(threads), "-tb", str(threads),
+                        "--temp", "0", "--top-k", "1", "-c", str(n_ctx), "-b", str(n_ctx)]
+
+
+def run(bin_dir: Path, target: Path, draft: Path | None, prompt: str, max_tokens: int, draft_length: int,
+        threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900,
+        spec_type: str = DRAFT) -> SpeculativeRun:
+    arguments = command(bin_dir, target, draft, prompt, max_tokens, draft_length, threads, n_ctx, spec_type)
+    what = f"{target.name} + {draft.name}" if spec_type == DRAFT else f"{target.name} ({spec_type})"
+    stdout, stderr = run_program(bin_dir, arguments, env, timeout, what)
+    result = parse(stdout, stderr, prompt)
+    result.command = shell_line(arguments, env)
+    return result
+
+
+def run_program(bin_dir: Path, arguments: list[str], env: dict[str, str] | None, timeout: float,
+                what: str) -> tuple[str, str]:
+    """Run one of the native build's programs (``arguments[0]`` in ``bin_dir``) beside its libraries; its
+    stdout and stderr, or an error naming the program, ``what`` it ran on and its last line of complaint."""
+    program = Path(arguments[0]).name
     environment = dict(os.environ, **(env or {}))
     environment["LD_LIBRARY_PATH"] = f"{bin_dir}:{environment.get('LD_LIBRARY_PATH', '')}".rstrip(":")
-    with _program_dir(bin_dir) as program_dir:
-        command[0] = str(program_dir / PROGRAM)
-        done = subprocess.run(command, capture_output=True, env=environment, timeout=timeout)
+    with _program_dir(bin_dir, program) as program_dir:
+        done = subprocess.run([str(program_dir / program), *arguments[1:]], capture_output=True, env=environment,
+                              timeout=timeout)
     stdout = done.stdout.decode("utf-8", errors="replace")
     stderr = done.stderr.decode("utf-8", errors="replace")
     if done.returncode != 0:
         last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {done.returncode}"
-        raise AssistantError(f"{PROGRAM} failed on {target.name} + {draft.name}: {last}")
-    return parse(stdout, stderr, prompt)
+        raise AssistantError(f"{program} failed on {what}: {last}")
+    return stdout, stderr
+
+
+def shell_line(arguments: list[str], env: dict[str, str] | None = None) -> str:
+    """The command as one would type it, the kernel settings it ran under first (ours are the default)."""
+    chosen = {name: os.environ[name] for name in STOCK_KERNELS if name in os.environ} | (env or {})
+    settings = [f"{name}={value}" for name, value in chosen.items()]
+    return shlex.join([*settings, *arguments])
 
 
 @contextlib.contextmanager
-def _program_dir(bin_dir: Path):
+def _program_dir(bin_dir: Path, program: str = PROGRAM):
     """Where to run the program from: ``bin_dir``, or under ASSISTANT_CPU_VARIANT a copy of it holding only
     that CPU variant. ggml picks a variant among the libraries beside the executable it finds in /proc/self/exe,
     so the program is copied there (a link would resolve back) and the rest linked."""
@@ -91,7 +125,7 @@ def _program_dir(bin_dir: Path):
         for path in bin_dir.iterdir():
             if path.name.startswith(backend.CPU_LIBRARY_PREFIX + "-") and backend.cpu_variant(path) != variant:
                 continue
-            if path.name == PROGRAM:
+            if path.name == program:
                 shutil.copy2(path, view)
             else:
                 os.symlink(path, Path(view) / path.name)

@@ -41,10 +41,12 @@ class Worker:
         return {"seconds": time.perf_counter() - began}
 
     def prompt_text(self, pipeline: str, messages: list[dict]) -> dict:
-        """The chat-templated prompt exactly as our pipelines see it, for llama.cpp's program."""
-        from assistant.engine.chat_template import apply_chat_template
+        """The chat-templated prompt exactly as our pipelines see it, for llama.cpp's programs, and its length in
+        tokens (llama-bench times a prompt of that length)."""
+        from assistant.engine.chat_template import apply_chat_template, chat_prompt_tokens
 
-        return {"text": apply_chat_template(self.pipelines[pipeline].target, messages)}
+        target = self.pipelines[pipeline].target
+        return {"text": apply_chat_template(target, messages), "tokens": len(chat_prompt_tokens(target, messages))}
 
     def verify_costs(self, pipeline: str, messages: list[dict], sizes: list[int], reps: int, level: int = 0) -> dict:
         """Median seconds for the pipeline's target (or model ``level``) to evaluate n new tokens after the

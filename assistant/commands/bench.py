@@ -17,6 +17,7 @@ HELP = "benchmark speculative decoding pipelines against the target alone and ll
 QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
 LIMIT_B = 12
 SIDE_PROMPTS = 8  # --serving and --attached
+DEMO_WORKLOAD = "demo"  # --workload demo: the demo model set, as --set demo
 
 
 def add_arguments(parser):
@@ -24,8 +25,13 @@ def add_arguments(parser):
 
     parser.add_argument("--out", type=Path, default=Path("bench-out"),
                         help="directory for bench.json, bench.md and the charts (default: ./bench-out)")
-    parser.add_argument("--workload", choices=("a", "b", "both"), default=None,
-                        help="a: bench pair, b: padded memory-bound pair (default: both; a with --quick)")
+    parser.add_argument("--workload", choices=("a", "b", "both", DEMO_WORKLOAD), default=None,
+                        help="a: bench pair, b: padded memory-bound pair (default: both; a with --quick); "
+                             f"{DEMO_WORKLOAD}: the demo model set (SmolLM2) with chat prompts, as --set demo")
+    parser.add_argument("--set", metavar="NAME", dest="model_set",
+                        help="benchmark a registered model set instead: its chain shapes (target alone, each draft, "
+                             "the default chain) against llama.cpp's own programs on the same GGUF files "
+                             "(llama-bench, llama-speculative-simple with each draft and with n-gram lookup)")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK['prompts']} prompts, {QUICK['max_tokens']} tokens, 1-prompt llama.cpp sweep")
     parser.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, metavar="FILE",
@@ -107,6 +113,8 @@ def run(args) -> int:
         return _attached(args)
     if args.remote:
         return _remote(args)
+    if args.model_set or args.workload == DEMO_WORKLOAD:
+        return _model_set(args, lengths)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
@@ -154,6 +162,54 @@ def run(args) -> int:
     (args.out / "bench.md").write_text(text)
     print(text)
     log(f"[bench] wrote {args.out}/bench.json, bench.md and charts in {result['seconds'] / 60:.1f} min")
+    return 0
+
+
+def _model_set(args, lengths: tuple[int, ...]) -> int:
+    """`--set NAME` (or `--workload demo`): a registered model set against llama.cpp's programs."""
+    import sys
+
+    from assistant import modelsets
+    from assistant.bench import report, set_report, set_runner
+    from native import build
+
+    if args.model_set:
+        model_set = modelsets.get(args.model_set)
+    else:
+        from assistant.demo import ensure_demo_set
+
+        model_set = ensure_demo_set(say=lambda text: print(text, file=sys.stderr, flush=True))
+    missing = model_set.missing_files()
+    if missing:
+        raise AssistantError(f"{missing[0]}: a file of model set {model_set.name!r} is missing")
+    if model_set.target_rpc:
+        raise AssistantError(f"model set {model_set.name!r} has a remote target: use `assistant bench --remote`")
+    if not lengths or min(lengths) < 1:
+        raise AssistantError(f"--sweep-lengths: give draft lengths of 1 or more, not {args.sweep_lengths!r}")
+    prompts = load_prompts(args.prompts, args.limit or (QUICK["prompts"] if args.quick else None))
+    max_tokens = args.max_tokens or (QUICK["max_tokens"] if args.quick else 128)
+    if max_tokens < 1:
+        raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
+    settings = set_runner.SetSettings(max_tokens=max_tokens, threads=args.threads, sweep_lengths=lengths,
+                                      sweep_prompts=QUICK["sweep_prompts"] if args.quick else 2,
+                                      log_dir=args.out / "logs")
+    args.out.mkdir(parents=True, exist_ok=True)
+    machine = report.machine()
+    print(f"[bench] model set {model_set.name!r} on {machine['cpu']}: {len(prompts)} prompts x {max_tokens} tokens, "
+          f"{args.threads} threads", file=sys.stderr, flush=True)
+    record = set_runner.run(model_set, prompts, settings, build.tools_dir())
+    record["summary"] = set_report.summarize(record)
+    result = {"settings": {"max_tokens": max_tokens, "threads": args.threads, "n_ctx": settings.n_ctx,
+                           "greedy": True, "prompts_file": str(args.prompts),
+                           "llama_cpp_sweep_lengths": list(lengths), "llama_cpp_sweep_prompts": settings.sweep_prompts},
+              "machine": machine, "set": record}
+    for records in record["runs"].values():
+        for run in records:
+            run.pop("tokens", None)
+    (args.out / "bench.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    text = set_report.markdown(result)
+    (args.out / "bench.md").write_text(text)
+    print(text)
     return 0
 
 
