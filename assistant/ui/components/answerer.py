@@ -1,7 +1,9 @@
 """Generates one answer in a worker thread, streaming it into its ``AnswerView``, and posts ``Finished``.
 
 The answer is saved as it streams (``backend.generate``) and a piece reaches the screen only once committed,
-so nothing shown is ever lost; any backend failure arrives as ``Finished.error``, never as a crash."""
+so nothing shown is ever lost; any backend failure arrives as ``Finished.error``, never as a crash.
+The screen takes the pieces a few times a second, as a reader follows them: on a machine whose cores all
+generate, every redraw is time the model does not get."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from textual.message import Message
 from assistant.conversation import backend
 from assistant.conversation.store import Store
 from assistant.errors import AssistantError
+from assistant.ui.components.answer_feed import AnswerFeed
 from assistant.ui.components.component import Component
 from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.widgets.messages import AnswerView
@@ -21,6 +24,8 @@ from assistant.ui.widgets.messages import AnswerView
 
 class Answerer(Component):
     """Runs the answers on the pipeline ``loader`` holds; never shown."""
+
+    REFRESH_SECONDS = 0.1  # between updates of the answer on screen, whatever the token rate
 
     class Finished(Message):
         """An answer ended: its statistics, or an error, and the context in use afterwards."""
@@ -38,11 +43,15 @@ class Answerer(Component):
         self.generating = False
         self.cancel = threading.Event()
         self.closing = False  # set on unmount: the worker then closes the pipeline instead of reporting
+        self.feed = AnswerFeed()
+        self._refresher = None
 
     def start(self, view: AnswerView, prompt: backend.ChatPrompt, settings) -> None:
         """Answer ``prompt`` into ``view`` (its message is already saved), once the model has loaded."""
         self.cancel = threading.Event()
         self.generating = True
+        self.feed = AnswerFeed()
+        self._refresher = self.set_interval(self.REFRESH_SECONDS, partial(self._refresh, view, self.feed))
         self._generate(view, prompt, settings, self.cancel)
 
     def stop(self) -> bool:
@@ -58,9 +67,12 @@ class Answerer(Component):
         return self.generating
 
     def show(self, view: AnswerView, pieces: list[tuple[int, str]]) -> None:
-        """Hand committed pieces to the view; returns once they are on screen."""
-        if not self.closing:
-            self.app.call_from_thread(view.add_pieces, pieces)
+        """Hand committed pieces of the answer ``view`` shows to the screen, from the generation thread, without
+        waiting: they are shown at the next refresh."""
+        self.feed.put(pieces)
+
+    async def _refresh(self, view: AnswerView, feed: AnswerFeed) -> None:
+        await view.add_pieces(feed.take())
 
     @work(thread=True, group="generate")
     def _generate(self, view: AnswerView, prompt: backend.ChatPrompt, settings, cancel: threading.Event) -> None:
@@ -87,7 +99,12 @@ class Answerer(Component):
             pipeline.close()  # the screen is going and left the pipeline to this answer
 
     @on(Finished)
-    def _ended(self, message: Finished) -> None:
+    async def _ended(self, message: Finished) -> None:
+        """The last pieces go on screen before the screen hears the answer ended."""
+        if self._refresher is not None:
+            self._refresher.stop()
+            self._refresher = None
+        await message.view.add_pieces(self.feed.take())
         self.generating = False
 
     def on_unmount(self) -> None:

@@ -71,7 +71,10 @@ class AnswerView(Vertical):
     def set_speculation_view(self, on: bool) -> None:
         self.speculation_view = on
         self.query_one(Markdown).display = not on
-        self.query_one(".speculation", Static).display = on
+        speculation = self.query_one(".speculation", Static)
+        if on:
+            speculation.update(coloured(self.provenance))  # kept up to date only while shown
+        speculation.display = on
 
     async def add_pieces(self, pieces: list[tuple[int, str]]) -> None:
         if not pieces:
@@ -81,7 +84,8 @@ class AnswerView(Vertical):
                 self.provenance[-1] = (level, self.provenance[-1][1] + text)
             else:
                 self.provenance.append((level, text))
-        self.query_one(".speculation", Static).update(coloured(self.provenance))
+        if self.speculation_view:  # colouring the whole answer again: only for the view on screen
+            self.query_one(".speculation", Static).update(coloured(self.provenance))
         if self._stream is None:
             self._stream = Markdown.get_stream(self.query_one(Markdown))
         await self._stream.write(visible("".join(text for _, text in pieces)))
