@@ -43,7 +43,8 @@ def test_prompt_from_stdin_streams_text_and_stats(chain, bench_gguf):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     assert "tokens/s" in result.stderr and "level 1    draft" in result.stderr and "alpha" in result.stderr
-    assert re.search(r"prompt \d+ tokens in \d+\.\d\d s, then \d+\.\d tokens/s", result.stderr), result.stderr
+    assert re.search(r"prompt \d+ tokens, 0 cached, in \d+\.\d\d s, first token at \d+\.\d\d s, "
+                     r"then \d+\.\d tokens/s", result.stderr), result.stderr
 
 
 def test_sampling_is_reproducible_with_a_seed(chain, tmp_path):

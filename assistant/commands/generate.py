@@ -95,7 +95,8 @@ def run(args) -> int:
 def format_stats(stats) -> str:
     after = stats.seconds - stats.prompt_seconds
     lines = [f"{stats.new_tokens} tokens in {stats.seconds:.2f} s: {stats.tokens_per_second:.1f} tokens/s "
-             f"(prompt {stats.prompt_tokens} tokens in {stats.prompt_seconds:.2f} s, then "
+             f"(prompt {stats.prompt_tokens} tokens, {stats.cached_tokens} cached, in {stats.prompt_seconds:.2f} s, "
+             f"first token at {stats.first_token_seconds:.2f} s, then "
              f"{stats.new_tokens / after if after > 0 else 0.0:.1f} tokens/s; stopped: {stats.stop_reason})"]
     for index, level in enumerate(stats.levels):
         share = level.seconds / stats.seconds if stats.seconds else 0.0

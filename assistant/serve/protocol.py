@@ -196,13 +196,16 @@ def now() -> int:
 
 
 def usage(stats) -> dict:
+    """OpenAI's counts; ``cached_tokens``: the prompt's opening found in the cache from the previous request."""
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.new_tokens,
-            "total_tokens": stats.prompt_tokens + stats.new_tokens}
+            "total_tokens": stats.prompt_tokens + stats.new_tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens}}
 
 
 def speculation(stats, roles: list[str]) -> dict:
     """Our extension beside ``usage`` (as llama-server adds ``timings``): speed and what each level did."""
     return {"tokens_per_second": round(stats.tokens_per_second, 2), "seconds": round(stats.seconds, 4),
+            "prompt_seconds": round(stats.prompt_seconds, 4), "first_token_seconds": round(stats.first_token_seconds, 4),
             "stop_reason": stats.stop_reason, "chain": roles,
             "levels": [_rounded(asdict(level)) for level in stats.levels], "shapes": stats.shapes}
 

@@ -51,6 +51,8 @@ class Stats:
     shapes: dict[str, int] = field(default_factory=dict)  # chain shape ("target<-draft") -> target rounds in it
     predicted: dict[str, float] = field(default_factory=dict)  # shape -> predicted seconds per token, at the end
     prompt_seconds: float = 0.0  # of ``seconds``: evaluating the prompt, in every level that does, before drafting
+    cached_tokens: int = 0  # of ``prompt_tokens``: found in the target's cache (an earlier turn), not evaluated
+    first_token_seconds: float = 0.0  # until the first TokenEvent (the whole ``seconds`` when there was none)
 
 
 class Generation:

@@ -125,6 +125,8 @@ class Pipeline:
         policy = for_sampling(self.policy, sampling)
         chain.start(TokenSequence(prompt), sampling, policy)
         prompt_seconds = time.perf_counter() - began
+        cached_tokens = len(prompt) - self.levels[0].context.last_batch  # kept from the previous generation
+        first_token_seconds = None
         text = TextStream(self.target)
         stops = StopStrings(stop)
         new_tokens, reason = 0, None
@@ -145,6 +147,8 @@ class Pipeline:
                     break
                 new_tokens += 1
                 ready, stopped = stops.push(token, level, text.push(token))
+                if ready and first_token_seconds is None:
+                    first_token_seconds = time.perf_counter() - began
                 for token_id, origin, piece in ready:
                     yield TokenEvent(token_id, piece, origin)
                 if stopped:
@@ -161,10 +165,15 @@ class Pipeline:
             rest = text.flush()
             if rest and tail:
                 tail[-1] = (tail[-1][0], tail[-1][1], tail[-1][2] + rest)
+            if tail and first_token_seconds is None:
+                first_token_seconds = time.perf_counter() - began
             for token_id, origin, piece in tail:
                 yield TokenEvent(token_id, piece, origin)
         seconds = time.perf_counter() - began
-        return self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy)
+        stats = self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy)
+        stats.cached_tokens = cached_tokens
+        stats.first_token_seconds = seconds if first_token_seconds is None else first_token_seconds
+        return stats
 
     def _stats(self, prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy) -> Stats:
         """Per-level counts and times, the chain shapes used (rounds each) and the policy's predictions."""

@@ -35,7 +35,7 @@ from assistant.ui.widgets.level_colours import legend
 from assistant.ui.widgets.message_column import MessageColumn
 from assistant.ui.widgets.messages import AnswerView, MessageView
 from assistant.ui.widgets.prompt_input import PromptInput
-from assistant.ui.widgets.status_line import StatusLine, describe_stats, short_path
+from assistant.ui.widgets.status_line import StatusLine, describe_context, describe_stats, short_path
 
 STOP_NOTES = {"cancelled": "stopped", "max_tokens": "stopped at the max tokens limit", "length": "stopped at the max tokens limit",
               "context": "stopped: the context is full"}
@@ -261,7 +261,7 @@ class ChatScreen(Screen):
         pipeline = self.loader.pipeline
         status.state = "ready" if pipeline is not None else "no model"
         if message.context:
-            status.context = f"ctx {message.context[0]}/{message.context[1]}"
+            status.context = describe_context(*message.context, stats)
         if stats:
             status.speed = describe_stats(stats)
             if pipeline is not None:

@@ -16,16 +16,26 @@ from assistant.ui.literal import literal
 
 
 def describe_stats(stats: dict | None) -> str:
-    """Speed and the acceptance ratio of each level that proposed tokens, e.g. "41.2 tok/s · α mxfp4 92%"."""
+    """Speed, the time to the first token and the acceptance ratio of each level that proposed tokens, e.g.
+    "41.2 tok/s · 1st token 0.12 s · α mxfp4 92%"."""
     if not stats:
         return ""
     parts = []
     if stats.get("tokens_per_second"):
         parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
+    if stats.get("first_token_seconds"):
+        parts.append(f"1st token {stats['first_token_seconds']:.2f} s")
     drafted = [lv for lv in stats.get("levels", []) if lv.get("proposed")]
     if drafted:
         parts.append("α " + " ".join(f"{lv['role']} {lv['acceptance']:.0%}" for lv in drafted))
     return " · ".join(parts)
+
+
+def describe_context(used: int, size: int, stats: dict | None) -> str:
+    """How full the context is and how much of the last prompt came from the cache: "ctx 2871/4096 · 2767 cached"
+    says the second question about a long file did not evaluate the file again."""
+    cached = (stats or {}).get("cached_tokens")
+    return f"ctx {used}/{size}" + (f" · {cached} cached" if cached is not None else "")
 
 
 def short_path(path: str | Path, width: int = 20) -> str:
