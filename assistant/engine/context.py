@@ -126,9 +126,13 @@ class Context(NativeHandle):
         """
         lib = self._lib
         size = lib.llama_state_seq_get_size(source.handle, 0)
-        buffer = (ctypes.c_uint8 * size)()
+        # an uninitialised buffer, and no clearing of the whole cache first (setting the sequence replaces it):
+        # zeroing the two cost about as much as the copy itself
+        state = np.empty(size, dtype=np.uint8)
+        buffer = state.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         written = lib.llama_state_seq_get_data(source.handle, buffer, size, 0)
-        self.reset()
+        self.tokens.clear()
+        self._sequence_id = None
         if not written or lib.llama_state_seq_set_data(self.handle, buffer, written, 0) != written:
             self.reset()
             return False

@@ -40,12 +40,14 @@ class Chain:
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         rows = policy.max_length + 2
         # Prompt processing first, so the draft-length policy times steady decoding. A level with the
-        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead: a
-        # drafter may use the target's keys and values, and the prompt is not evaluated twice.
+        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead when it lacks
+        # much of the prompt: a drafter may use the target's keys and values, and the prompt is not evaluated
+        # twice. One that holds most of it already (the conversation's previous turn) evaluates the rest.
         target = self.levels[0].context
         for index, level in enumerate(self.levels):
             level.prepare(self.n_shared, rows, not self.greedy)
-            if not level.is_model or (index and level.shares_target_cache and level.context.adopt_cache(target)):
+            if not level.is_model or (index and level.shares_target_cache and copying_pays(level.context, sequence)
+                                      and level.context.adopt_cache(target)):
                 continue
             context = level.context  # its logits are not read here: a remote target sends a token id instead
             (context.choose if getattr(context, "chooses", False) else context.evaluate)(sequence, len(sequence) - 1)
@@ -187,6 +189,19 @@ class Chain:
     def _cut(self, length: int) -> None:
         self.sequence.truncate(length)
         del self.origins[length:]
+
+
+# Tokens of cache copied in the time a drafter evaluates one prompt token, about the least of the real models
+# measured (docs/ARCHITECTURE.md, "Kept between turns"); a larger model evaluates a token dearer against its
+# cache's size, so for it this errs towards evaluating a few tokens that a copy would have brought sooner.
+COPIES_PER_EVALUATION = 256
+
+
+def copying_pays(context, sequence) -> bool:
+    """Whether taking the target's cache beats evaluating what ``context`` lacks of ``sequence``: a copy moves
+    every token's keys and values, an evaluation only the missing tail's, but each through every weight. So a
+    drafter still holding the previous turn evaluates a few new tokens itself, and copies for more."""
+    return context.behind(sequence) * COPIES_PER_EVALUATION > len(sequence)
 
 
 def accept_ratio(uniform: float, p_token: float, q_token: float) -> bool:
