@@ -9,7 +9,7 @@ import time
 import pytest
 
 from assistant import attachments, home, modelsets
-from assistant.conversation import backend
+from assistant.conversation import attached_files, backend
 from assistant.conversation import settings as chat_settings
 from assistant.conversation.store import Store
 from assistant.ui.app import ChatApp
@@ -455,7 +455,7 @@ async def test_at_file_attaches_it_and_the_model_gets_its_text(demo_set, project
         attached = attachments.read_file("stack.py", project)
         assert prompt[-1] == {"role": "user", "content": attachments.with_attachments(messages[0].content, [attached])}
         assert STACK.rstrip() in prompt[-1]["content"]
-        assert prompt[0] == {"role": "system", "content": attachments.system_note([attached], project)}
+        assert prompt[0] == {"role": "system", "content": attached_files.working_directory(project)}
         # the model's view is rebuilt from the store alone
         kept = Store().attachments(conversation.id)
         assert backend.prompt_messages(conversation.system_prompt, messages[:1], kept, project) == prompt

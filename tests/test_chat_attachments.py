@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from assistant.attachments import Attachment, read_file, system_note, with_attachments
+from assistant.attachments import Attachment, read_file, with_attachments
 from assistant.conversation import attached_files, backend, writing
 from assistant.conversation.store import Store
 
@@ -22,7 +22,7 @@ def test_the_model_sees_each_turns_attachments_and_the_files_named_once(tmp_path
     prompt = backend.prompt_messages("Be brief.", store.messages(conversation.id), store.attachments(conversation.id),
                                      tmp_path)
     assert prompt == [
-        {"role": "system", "content": "Be brief.\n\n" + system_note([file], tmp_path)},
+        {"role": "system", "content": "Be brief.\n\n" + attached_files.working_directory(tmp_path)},
         {"role": "user", "content": with_attachments(first.content, [file])},
         {"role": "assistant", "content": answer.content},
         {"role": "user", "content": with_attachments(again.content, [file])},
@@ -31,7 +31,7 @@ def test_the_model_sees_each_turns_attachments_and_the_files_named_once(tmp_path
     elsewhere = backend.prompt_messages("", store.messages(conversation.id), store.attachments(conversation.id),
                                         tmp_path / "sub")
     assert f"File `{tmp_path / 'app.py'}`:" in elsewhere[1]["content"]
-    assert str(tmp_path / "app.py") in elsewhere[0]["content"]
+    assert elsewhere[0]["content"] == attached_files.working_directory(tmp_path / "sub")
 
 
 def test_changed_files_are_reread_from_where_they_were_attached_and_gone_ones_named(tmp_path):
@@ -136,10 +136,10 @@ def test_turns_left_out_to_fit_the_context_take_their_files_out_of_the_system_no
     whole = prompt.messages()
     assert whole == backend.prompt_messages("Be brief.", store.messages(conversation.id),
                                             store.attachments(conversation.id), tmp_path)
-    assert "old.py, kept.py." in whole[0]["content"] and "left out" not in whole[0]["content"]
+    assert whole[0]["content"] == "Be brief.\n\n" + attached_files.working_directory(tmp_path)
     fitted = prompt.messages(left_out=2)
     assert [m["content"] for m in fitted[1:]] == [whole[-1]["content"]]
     assert fitted[0]["content"] == (
-        f"Be brief.\n\nThe user works in {tmp_path} and attached these files (paths relative to it): kept.py. "
-        "Their contents are in the user's message. Older turns were left out to fit the context, and with them "
+        f"Be brief.\n\nThe user works in {tmp_path}: the files they attach are in their messages, each under its "
+        "path relative to that directory. Older turns were left out to fit the context, and with them "
         "the file old.py; the output of `make test`: their contents are no longer in the conversation.")

@@ -169,13 +169,13 @@ async def test_a_long_chat_names_the_file_whose_turn_no_longer_fits(demo_set, pr
             question = question[:-2]
         await enter(pilot, "Explain @big.py")
         await settle(pilot)
-        assert "File `big.py`" in fitted[0][-1]["content"] and "attached these files" in fitted[0][0]["content"]
+        assert "File `big.py`" in fitted[0][-1]["content"] and "the files they attach" in fitted[0][0]["content"]
         screen.query_one(PromptInput).text = question  # as if pasted
         await pilot.press("enter")
         await settle(pilot)
         system, *turns = fitted[-1]
         assert turns[-1]["content"] == question
         assert all("big.py" not in turn["content"] for turn in turns), "the file's turn was left out"
-        assert "attached these files" not in system["content"]
+        assert "the files they attach" not in system["content"]
         assert "Older turns were left out to fit the context, and with them the file big.py" in system["content"]
         assert len(screen.query(AnswerView)) == 2 and screen.query(AnswerView).last().text

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from assistant.attachments import Attachment, AttachmentError, refresh, system_note
+from assistant.attachments import Attachment, AttachmentError, refresh
 from assistant.conversation.store import StoredAttachment
 
 
@@ -38,18 +38,27 @@ def by_message(attached: Iterable[StoredAttachment], cwd: str | Path) -> dict[in
 
 
 def note(attached: Iterable[StoredAttachment], cwd: str | Path, left_out: Iterable[StoredAttachment] = ()) -> str:
-    """The system prompt's sentence naming the files attached in the conversation (each once), and one naming
-    what went with the turns ``left_out`` to fit the context: the model must not think those are still there."""
+    """The system prompt's sentence saying where the attached files' paths start from, and one naming what went
+    with the turns ``left_out`` to fit the context: the model must not think those are still there.
+
+    The files themselves are named where their contents are, in the turn that attached them: a system prompt
+    listing them would change with each file attached, and with the conversation's opening the cache of every
+    turn after it would be lost (see docs/ARCHITECTURE.md, "Kept between turns")."""
     present = _files(attached, cwd)
     gone = [attachment for where, attachment in _files(left_out, cwd).items() if where not in present]
     commands = [name for name in _commands(left_out) if name not in _commands(attached)]
-    sentences = [system_note(list(present.values()), cwd)]
+    sentences = [working_directory(cwd) if present else ""]
     if gone or commands:
         named = [("the file " if len(gone) == 1 else "the files ") + ", ".join(a.name for a in gone)] if gone else []
         named += [f"the output of `{name}`" for name in commands]
         sentences.append("Older turns were left out to fit the context, and with them " + "; ".join(named)
                          + ": their contents are no longer in the conversation.")
     return " ".join(sentence for sentence in sentences if sentence)
+
+
+def working_directory(cwd: str | Path) -> str:
+    return (f"The user works in {cwd}: the files they attach are in their messages, each under its path "
+            "relative to that directory.")
 
 
 def _commands(attached: Iterable[StoredAttachment]) -> list[str]:

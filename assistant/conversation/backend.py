@@ -78,26 +78,43 @@ def prompt_messages(system_prompt: str, history: list[Message], attached: Sequen
 
 
 TURN_OVERHEAD = 8  # tokens a chat template adds around each message, a generous estimate
+CUTS_PER_CONTEXT = 4  # a cut leaves out about a quarter of the context more than it must
 
 
 def fit_context(pipeline, prompt: ChatPrompt, max_tokens: int) -> list[dict]:
     """Leave out the oldest turns (never the system prompt or the last message) until the prompt and the answer
     fit; the system note then names the files and command output that went with them.
 
-    A single message too long for the context still goes through, so the pipeline's own error names it."""
+    Turns are left out only at ``cut_points``, so the next turns keep the same opening, and the cache of it,
+    until they no longer fit either. A single message too long for the context still goes through, so the
+    pipeline's own error names it."""
     budget = pipeline.n_ctx - max_tokens
 
     def size(message: dict) -> int:
         return len(pipeline.tokenize(message["content"])) + TURN_OVERHEAD
 
     sizes = [size(turn) for turn in prompt.turns]
-    left_out = 0
-    while True:
+    for left_out in cut_points(prompt.turns, sizes, max(1, budget // CUTS_PER_CONTEXT)):
         messages = prompt.messages(left_out)
         system = messages[:len(messages) - len(prompt.turns) + left_out]
-        if sum(map(size, system)) + sum(sizes[left_out:]) <= budget or left_out >= len(prompt.turns) - 1:
+        if sum(map(size, system)) + sum(sizes[left_out:]) <= budget:
             return messages
-        left_out += 1
+    return messages  # the last message alone, too long: the pipeline's error says so
+
+
+def cut_points(turns: list[dict], sizes: list[int], step: int):
+    """How many of the oldest turns may be left out, fewest first: none; then, before a user's turn, each time
+    the turns left out pass another ``step`` tokens; then all but the last. Each point depends on the turns
+    before it only, so it stays where it is as the conversation grows."""
+    yield 0
+    total = passed = 0
+    for index, size in enumerate(sizes[:-1]):
+        total += size
+        if turns[index + 1]["role"] == "user" and total // step > passed:
+            passed = total // step
+            yield index + 1
+    if len(turns) > 1:
+        yield len(turns) - 1
 
 
 def generate(
