@@ -34,6 +34,16 @@ class Level:
     def size_bytes(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
 
+    def output_projection(self) -> str | None:
+        """The GGML type of the output projection its converter recorded (the MXFP4 copy's choice); an MXFP4
+        copy from before the choice was recorded kept it BF16. None where neither says anything."""
+        from converters import output_projection
+
+        recorded = output_projection.recorded(self.path) if self.path.exists() else None
+        if recorded is None and self.role == "mxfp4" and self.path.exists():
+            return output_projection.UNRECORDED
+        return recorded
+
 
 @dataclass
 class ModelSet:

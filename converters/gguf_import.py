@@ -22,11 +22,10 @@ from gguf import GGUFValueType as V
 
 from assistant import home
 from assistant.errors import AssistantError
-from converters import encodings, ollama
+from converters import encodings, ollama, output_projection
 from converters.gguf_output import output_files, requested_types, writing
 from converters.progress import Progress
 
-DEFAULT_MXFP4_EMBEDDINGS = "bf16"  # as `assistant convert`: the MXFP4 copy drafts better with BF16 embeddings
 SOURCE_TYPES = (Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1,
                 Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4)
 # Keys each output sets for itself (general.architecture comes with the writer) or that describe how the
@@ -41,8 +40,6 @@ _F32_KINDS = ("FFN_GATE_INP", "POS_EMBD", "TOKEN_TYPES", "SSM_CONV1D", "SHORTCON
               "POSNET_NORM1", "POSNET_NORM2", "ALTUP_CORRECT_COEF", "ALTUP_PREDICT_COEF")
 F32_STEMS = {gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, kind)].removeprefix("blk.{bid}.")
              for kind in _F32_KINDS if hasattr(gguf.MODEL_TENSOR, kind)}
-EMBEDDINGS = {gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_EMBD] + ".weight",
-              gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.OUTPUT] + ".weight"}
 CHUNK_VALUES = 1 << 22  # values dequantized per pass: the float32 temporaries stay small
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -173,12 +170,12 @@ def _keeps_f32(tensor: SourceTensor, weights_are_f32: bool) -> bool:
     return not weights_are_f32 or tensor.stem in F32_STEMS
 
 
-def _output_type(tensor: SourceTensor, weight_type: str, embeddings_type: str, weights_are_f32: bool) -> Q:
+def _output_type(tensor: SourceTensor, weight_type: str, mxfp4_output: str, weights_are_f32: bool) -> Q:
     if _keeps_f32(tensor, weights_are_f32):
         return Q.F32
     wanted = encodings.WEIGHT_TYPES[weight_type]
-    if weight_type == "mxfp4" and tensor.name in EMBEDDINGS:
-        wanted = encodings.WEIGHT_TYPES[embeddings_type]
+    if weight_type == "mxfp4" and tensor.name in output_projection.TENSORS:
+        wanted = output_projection.wanted_type(mxfp4_output)
     if wanted in encodings.BLOCKED and tensor.shape[-1] % 32:
         return Q.BF16  # ggml's blocks are 32 values along a row
     return wanted
@@ -218,9 +215,10 @@ def _encode(values: np.ndarray, qtype: Q) -> np.ndarray:
 
 
 def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,
-                mxfp4_embeddings: str = DEFAULT_MXFP4_EMBEDDINGS) -> dict[str, Path]:
-    """Dequantize a GGUF file (a path or ``ollama:NAME[:TAG]``) into one GGUF file per type; returns {type: path}."""
-    types = requested_types(types, mxfp4_embeddings)
+                mxfp4_output: str = output_projection.DEFAULT) -> dict[str, Path]:
+    """Dequantize a GGUF file (a path or ``ollama:NAME[:TAG]``) into one GGUF file per type; returns {type: path}.
+    ``mxfp4_output``: the type of the MXFP4 copy's output projection and token embeddings."""
+    types = requested_types(types, mxfp4_output)
     if name is not None and (not name or name != Path(name).name or name in (".", "..")):
         raise AssistantError(f"{name!r}: not a usable model set name (a file name, without directories)")
     path, fallback_name = locate(source)
@@ -234,18 +232,21 @@ def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=F
     name = name or safe_name(_string(reader, "general.name") or fallback_name)
     outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
     outputs = output_files(outdir, name, types, force)
-    _write_all(tensors, metadata, architecture, outputs, name, mxfp4_embeddings, progress)
+    _write_all(tensors, metadata, architecture, outputs, name, mxfp4_output, progress)
     return {output.weight_type: output.path for output in outputs}
 
 
-def _write_all(tensors, metadata, architecture, outputs, name, mxfp4_embeddings, progress) -> None:
+def _write_all(tensors, metadata, architecture, outputs, name, mxfp4_output, progress) -> None:
     weights_are_f32 = all(t.source_type == Q.F32 for t in tensors if len(t.shape) > 1)
-    types = {output.weight_type: [_output_type(t, output.weight_type, mxfp4_embeddings, weights_are_f32)
+    types = {output.weight_type: [_output_type(t, output.weight_type, mxfp4_output, weights_are_f32)
                                   for t in tensors] for output in outputs}
+    head = output_projection.projection_tensor(t.name for t in tensors)
+    projection = next((_output_type(t, "mxfp4", mxfp4_output, weights_are_f32) for t in tensors if t.name == head),
+                      None)
     bar = Progress(f"importing {name}", sum(t.nbytes for t in tensors), enabled=progress)
     with writing(outputs, bar):
         for output in outputs:
-            writer = output.start(architecture, name)
+            writer = output.start(architecture, name, projection)
             for key, value, value_type, element_type in metadata:
                 writer.add_key_value(key, value, value_type, element_type)
             for tensor, qtype in zip(tensors, types[output.weight_type]):

@@ -14,7 +14,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 
 from assistant.errors import AssistantError
-from converters import encodings
+from converters import encodings, output_projection
 from converters.progress import Progress
 
 
@@ -29,12 +29,15 @@ class OutputFile:
     def part(self) -> Path:
         return self.path.with_name(self.path.name + ".part")
 
-    def start(self, architecture: str, name: str) -> gguf.GGUFWriter:
-        """A writer with the keys every file of ours carries first."""
+    def start(self, architecture: str, name: str, projection: Q | None = None) -> gguf.GGUFWriter:
+        """A writer with the keys every file of ours carries first; an MXFP4 copy's ``projection`` (the type of
+        its output projection) is recorded among them, where `models list` finds it without reading further."""
         writer = self.writer = gguf.GGUFWriter(self.part, architecture)
         writer.add_name(name)
         writer.add_file_type(encodings.FILE_TYPES[self.weight_type])
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        if projection is not None and self.weight_type == "mxfp4":
+            output_projection.record(writer, projection)
         return writer
 
     def add_tensor_info(self, name: str, shape: tuple[int, ...], qtype: Q) -> None:
@@ -56,12 +59,16 @@ class OutputFile:
         self.part.unlink(missing_ok=True)
 
 
-def requested_types(types, mxfp4_embeddings: str) -> tuple[str, ...]:
-    """The output types asked for, each once, in order; an unknown one is an error naming the choices."""
+def requested_types(types, mxfp4_output: str) -> tuple[str, ...]:
+    """The output types asked for, each once, in order; an unknown one (or an unknown type for the MXFP4
+    copy's output projection) is an error naming the choices."""
     types = tuple(dict.fromkeys(types))
-    for kind in list(types) + [mxfp4_embeddings]:
+    for kind in types:
         if kind not in encodings.WEIGHT_TYPES:
             raise AssistantError(f"unknown output type {kind!r} (choose from {', '.join(encodings.WEIGHT_TYPES)})")
+    if mxfp4_output not in output_projection.CHOICES:
+        raise AssistantError(f"unknown type {mxfp4_output!r} for the MXFP4 copy's output projection "
+                             f"(choose from {', '.join(output_projection.CHOICES)})")
     if not types:
         raise AssistantError("no output type requested")
     return types

@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as Q
 
 from assistant import home
 from assistant.errors import AssistantError
-from converters import architectures, encodings
+from converters import architectures, encodings, output_projection
 from converters.checkpoint import Checkpoint, open_checkpoint
 from converters.gguf_output import output_files, requested_types, writing
 from converters.side_files import check_tokenizer_files, read_config
@@ -23,9 +23,6 @@ from converters.progress import Progress
 from converters.safetensors_file import SUPPORTED_DTYPES, TensorEntry
 from converters.vocab import add_vocabulary
 
-# Measured on the bench pair (converters/README.md): with BF16 token embeddings and output head the MXFP4
-# copy drafts at 92.3% acceptance for the BF16 target, with them in MXFP4 at 77.0%.
-DEFAULT_MXFP4_EMBEDDINGS = "bf16"
 FALLBACK = Q.BF16  # for 2-D weights whose rows are not a multiple of the 32-value block
 
 
@@ -80,12 +77,12 @@ def _plan(checkpoint: Checkpoint, arch: architectures.Architecture, generated) -
     return extra + list(planned.values())
 
 
-def _output_type(tensor: PlannedTensor, weight_type: str, embeddings_type: str) -> Q:
+def _output_type(tensor: PlannedTensor, weight_type: str, mxfp4_output: str) -> Q:
     if len(tensor.shape) == 1:
         return Q.F32
     wanted = encodings.WEIGHT_TYPES[weight_type]
-    if weight_type == "mxfp4" and tensor.kind in (gguf.MODEL_TENSOR.TOKEN_EMBD, gguf.MODEL_TENSOR.OUTPUT):
-        wanted = encodings.WEIGHT_TYPES[embeddings_type]
+    if weight_type == "mxfp4" and tensor.gguf_name in output_projection.TENSORS:
+        wanted = output_projection.wanted_type(mxfp4_output)
     if wanted in encodings.BLOCKED and tensor.shape[-1] % 32:
         return FALLBACK
     return wanted
@@ -116,9 +113,10 @@ def check_metadata(directory) -> None:
 
 
 def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False, progress=None,
-            mxfp4_embeddings: str = DEFAULT_MXFP4_EMBEDDINGS) -> dict[str, Path]:
-    """Convert a Hugging Face safetensors checkpoint to one GGUF file per type; returns {type: path}."""
-    types = requested_types(types, mxfp4_embeddings)
+            mxfp4_output: str = output_projection.DEFAULT) -> dict[str, Path]:
+    """Convert a Hugging Face safetensors checkpoint to one GGUF file per type; returns {type: path}.
+    ``mxfp4_output``: the type of the MXFP4 copy's output projection and token embeddings."""
+    types = requested_types(types, mxfp4_output)
     checkpoint = open_checkpoint(source)
     try:
         config_path = checkpoint.directory / "config.json"
@@ -128,23 +126,25 @@ def convert(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=False
         outputs = output_files(outdir, name, types, force)
         generated = arch.add_hyperparameters(gguf.GGUFWriter(None, arch.gguf_name))
         plan = _plan(checkpoint, arch, generated)
-        _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress)
+        _write_all(checkpoint, arch, plan, outputs, name, mxfp4_output, progress)
     finally:
         checkpoint.close()
     return {output.weight_type: output.path for output in outputs}
 
 
-def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_embeddings, progress) -> None:
+def _write_all(checkpoint, arch, plan, outputs, name, mxfp4_output, progress) -> None:
     total = sum(tensor.entry.nbytes for tensor in plan if tensor.entry is not None)
     bar = Progress(f"converting {name}", total, enabled=progress)
+    head = output_projection.projection_tensor(tensor.gguf_name for tensor in plan)
+    projection = next(_output_type(t, "mxfp4", mxfp4_output) for t in plan if t.gguf_name == head)
     with writing(outputs, bar):
         for output in outputs:
-            writer = output.start(arch.gguf_name, name)
+            writer = output.start(arch.gguf_name, name, projection)
             arch.add_hyperparameters(writer)
             add_vocabulary(writer, checkpoint.directory, arch.vocab_size)
             for tensor in plan:
                 output.add_tensor_info(tensor.gguf_name, tensor.shape,
-                                       _output_type(tensor, output.weight_type, mxfp4_embeddings))
+                                       _output_type(tensor, output.weight_type, mxfp4_output))
             output.write_header()
         for tensor in plan:
             array = _load(tensor, arch)

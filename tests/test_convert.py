@@ -133,8 +133,6 @@ def test_mxfp4_bytes_equal_ggml_reference_and_files_round_trip(tiny_checkpoint, 
             data = np.asarray(tensor.data)
             if values.ndim == 1:
                 assert tensor.tensor_type == Q.F32 and np.array_equal(data, values)
-            elif kind == "mxfp4" and tensor.name.split(".")[0] in ("token_embd", "output"):
-                assert tensor.tensor_type == Q.BF16  # the measured default for embeddings and head
             elif kind in ("mxfp4", "q8_0") and tensor.name.endswith("ffn_down.weight"):
                 assert tensor.tensor_type == Q.BF16  # 80-long rows are not a multiple of 32: fallback
             elif kind in ("mxfp4", "q8_0"):
@@ -150,11 +148,12 @@ def test_mxfp4_bytes_equal_ggml_reference_and_files_round_trip(tiny_checkpoint, 
     source.close()
 
 
-def test_mxfp4_embeddings_override(tiny_checkpoint, tmp_path):
+def test_mxfp4_output_override(tiny_checkpoint, tmp_path):
     written = convert(tiny_checkpoint("qwen2"), outdir=tmp_path, name="m", types=("mxfp4",), progress=False,
-                      mxfp4_embeddings="mxfp4")
+                      mxfp4_output="bf16")
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(written["mxfp4"]).tensors}
-    assert types["token_embd.weight"] == types["output.weight"] == types["blk.0.attn_q.weight"] == Q.MXFP4
+    assert types["token_embd.weight"] == types["output.weight"] == Q.BF16
+    assert types["blk.0.attn_q.weight"] == Q.MXFP4
 
 
 def test_demo_pair_converts_generates_and_renders_chat_template(demo_gguf):

@@ -22,7 +22,7 @@ from assistant import modelsets
 from assistant.engine import Context, Model
 from assistant.engine.chat_template import chat_prompt_tokens
 from assistant.engine.sequence import TokenSequence
-from converters import convert, encodings, mxfp4
+from converters import convert, encodings, mxfp4, output_projection
 from converters.gguf_import import OWN_KEYS, bundled_smollm2_gguf, import_gguf
 
 VARIED_TEXT = (
@@ -107,14 +107,16 @@ def test_imported_files_carry_every_key_and_the_dequantized_weights(smollm2_q4_1
             if kind == "bf16":
                 assert got.tensor_type == Q.BF16
                 np.testing.assert_array_equal(got.data.view(np.uint16), expected_bf16, err_msg=tensor.name)
-            elif tensor.name == "token_embd.weight":
-                assert got.tensor_type == Q.BF16  # embeddings (and the tied head) stay BF16 in the MXFP4 copy
-            elif tensor.name in ("blk.0.attn_q.weight", "blk.29.ffn_down.weight"):
+            elif tensor.name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.29.ffn_down.weight"):
                 assert got.tensor_type == Q.MXFP4
                 # the MXFP4 copy is the direct cast of the BF16 target, by ggml's reference quantizer
                 reference = gguf.quants.quantize(encodings.as_float32(expected_bf16), Q.MXFP4)
                 np.testing.assert_array_equal(got.data, reference)
                 np.testing.assert_array_equal(got.data, mxfp4.quantize(expected_bf16, bf16_bits=True))
+    # tied embeddings: token_embd is the output projection, and the copy records its type
+    assert "output.weight" not in {t.name for t in source.tensors}
+    assert output_projection.recorded(imported_smollm2["mxfp4"]) == "MXFP4"
+    assert output_projection.recorded(imported_smollm2["bf16"]) is None
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +299,7 @@ def test_every_source_type_dequantizes_as_gguf_py_and_runs_as_the_original(tiny_
         np.testing.assert_array_equal(bf16[name].data.view(np.uint16), encodings.as_bf16_bits(values), err_msg=name)
         expected_q8 = gguf.quants.quantize(encodings.as_float32(encodings.as_bf16_bits(values)), Q.Q8_0)
         np.testing.assert_array_equal(q8_0[name].data, expected_q8, err_msg=name)
-        assert mxfp4_types[name] == (Q.BF16 if name in ("token_embd.weight", "output.weight") else Q.MXFP4), name
+        assert mxfp4_types[name] == Q.MXFP4, name
 
     # llama.cpp's own dequantization (inside its matrix products) agrees with gguf-py's: the imported target
     # gives the logits of the original up to the arithmetic (BF16 products against quantized ones)
@@ -315,13 +317,14 @@ def test_every_source_type_dequantizes_as_gguf_py_and_runs_as_the_original(tiny_
 def test_an_all_f32_file_becomes_bf16_weights(tiny_f16, tmp_path):
     source = tmp_path / "all-f32.gguf"
     write_gguf_like(tiny_f16, source, lambda *_: Q.F32, name="")
-    files = import_gguf(source, outdir=tmp_path / "out", types=("bf16", "mxfp4"), mxfp4_embeddings="mxfp4",
+    files = import_gguf(source, outdir=tmp_path / "out", types=("bf16", "mxfp4"), mxfp4_output="q8_0",
                         progress=False)
     assert files["bf16"].name == "all-f32.bf16.gguf"  # no general.name: the file's name
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(files["bf16"]).tensors}
     assert types["blk.0.attn_q.weight"] == Q.BF16 and types["blk.0.attn_norm.weight"] == Q.F32
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(files["mxfp4"]).tensors}
-    assert types["token_embd.weight"] == types["output.weight"] == types["blk.1.ffn_down.weight"] == Q.MXFP4
+    assert types["token_embd.weight"] == types["output.weight"] == Q.Q8_0 and types["blk.1.ffn_down.weight"] == Q.MXFP4
+    assert output_projection.recorded(files["mxfp4"]) == "Q8_0"
 
 
 def test_rows_not_a_multiple_of_32_stay_bf16_in_the_mxfp4_copy(tiny_checkpoint, tmp_path):

@@ -3,6 +3,7 @@
 import pytest
 
 from assistant import cli, home, modelsets
+from converters import convert, output_projection
 
 
 @pytest.fixture
@@ -30,9 +31,11 @@ def test_list_shows_levels_files_sizes_and_the_default(two_sets, capsys):
     assert lines[0].startswith("* alpha  3 levels, ") and lines[0].endswith("(default)")
     assert lines[4].startswith("  beta  3 levels, ")
     for line, level in zip(lines[1:4], alpha.levels):
-        number, role, size, unit, path = line.split()
+        number, role, size, unit, path, *note = line.split()
         assert (role, path) == (level.role, str(level.path))
         assert abs(float(size) * {"MB": 1e6, "kB": 1e3}[unit] - level.path.stat().st_size) < 0.06 * 1e6
+        # the MXFP4 files (the copy, the draft converted by pull) say how their output projection is stored
+        assert " ".join(note) == ("" if role == "target" else "(output projection MXFP4)")
     assert [line.split()[1] for line in lines[5:8]] == ["target", "mxfp4", "draft"]
     assert models("list") == 0
     assert capsys.readouterr().out == out
@@ -100,3 +103,23 @@ def test_a_set_remembers_where_its_target_runs(demo_set, capsys):
     assert "HOST:PORT" in capsys.readouterr().err
     assert cli.main(["models", "remote", "demo", "off"]) == 0
     assert modelsets.get("demo").target_rpc is None
+
+
+def test_list_names_each_copys_output_projection_older_copies_bf16(tiny_checkpoint, monkeypatch, capsys):
+    """A copy converted before the choice was recorded kept its output projection BF16, and is listed so; a
+    draft without the key says nothing (it may be any file)."""
+    checkpoint = tiny_checkpoint("qwen2", tied=True)
+    models_dir = home.models_dir()
+    q8 = convert(checkpoint, outdir=models_dir, name="q8", mxfp4_output="q8_0", progress=False)
+    monkeypatch.setattr(output_projection, "record", lambda writer, qtype: None)  # as converters did before
+    old = convert(checkpoint, outdir=models_dir, name="old", mxfp4_output="bf16", progress=False)
+    modelsets.register("q8", [modelsets.Level("target", q8["bf16"]), modelsets.Level("mxfp4", q8["mxfp4"])])
+    modelsets.register("old", [modelsets.Level("target", old["bf16"]), modelsets.Level("mxfp4", old["mxfp4"]),
+                               modelsets.Level("draft", old["mxfp4"])])
+    assert output_projection.recorded(old["mxfp4"]) is None
+    assert models("list") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].endswith(f"{q8['mxfp4']}  (output projection Q8_0)")
+    assert lines[1].endswith(str(q8["bf16"])) and lines[4].endswith(str(old["bf16"]))
+    assert lines[5].endswith(f"{old['mxfp4']}  (output projection BF16)")
+    assert lines[6].endswith(str(old["mxfp4"]))

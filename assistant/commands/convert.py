@@ -23,8 +23,9 @@ def add_output_arguments(parser, name_default: str) -> None:
         help=f"comma-separated output types among {', '.join(TYPES)} (default: bf16,mxfp4)",
     )
     parser.add_argument(
-        "--mxfp4-embeddings", choices=("bf16", "mxfp4"), default=None,
-        help="type of the token embeddings and output head in the MXFP4 file (default: bf16, measured best)",
+        "--mxfp4-output", "--mxfp4-embeddings", dest="mxfp4_output", choices=("bf16", "q8_0", "mxfp4"),
+        default=None, help="type of the output projection and token embeddings in the MXFP4 file "
+        "(default: mxfp4, measured best: notes/converter.md)",
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("--no-register", action="store_true", help="write the files without registering a model set")
@@ -66,12 +67,13 @@ def run(args) -> int:
     import logging
 
     from converters import convert
-    from converters.pipeline import DEFAULT_MXFP4_EMBEDDINGS, default_name
+    from converters.output_projection import DEFAULT
+    from converters.pipeline import default_name
 
     logging.getLogger("gguf").setLevel(logging.ERROR)  # gguf-py's notes on tokenizer quirks are not errors
     written = convert(
         args.source, outdir=args.outdir, name=args.name, types=output_types(args), force=args.force,
-        mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
+        mxfp4_output=args.mxfp4_output or DEFAULT,
     )
     report_and_register(args.name or default_name(args.source), written, register=not args.no_register)
     return 0

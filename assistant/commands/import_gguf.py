@@ -32,12 +32,13 @@ def add_arguments(parser):
 def run(args) -> int:
     import logging
 
-    from converters.gguf_import import DEFAULT_MXFP4_EMBEDDINGS, import_gguf
+    from converters.gguf_import import import_gguf
+    from converters.output_projection import DEFAULT
 
     logging.getLogger("gguf").setLevel(logging.ERROR)
     written = import_gguf(
         args.source, outdir=args.outdir, name=args.name, types=output_types(args), force=args.force,
-        mxfp4_embeddings=args.mxfp4_embeddings or DEFAULT_MXFP4_EMBEDDINGS,
+        mxfp4_output=args.mxfp4_output or DEFAULT,
     )
     first = next(iter(written))
     report_and_register(written[first].name.removesuffix(f".{first}.gguf"), written, register=not args.no_register)

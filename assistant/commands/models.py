@@ -70,7 +70,9 @@ def list_sets(out=None) -> None:
                                 break_on_hyphens=False, break_long_words=False), file=out)
         for number, level in enumerate(model_set.levels):
             size = format_size(level.size_bytes) if level.path.exists() else "MISSING"
-            print(f"    {number}  {level.role:<7} {size:>9}  {level.path}", file=out)
+            projection = level.output_projection()
+            note = f"  (output projection {projection})" if projection else ""
+            print(f"    {number}  {level.role:<7} {size:>9}  {level.path}{note}", file=out)
         if model_set.target_rpc:
             print(f"    the target runs on the RPC server at {model_set.target_rpc}", file=out)
 

@@ -11,8 +11,9 @@ from assistant.errors import AssistantError
 
 HELP = "download a Hugging Face model, convert it and register it as a model set"
 
-# The BF16 file is about the size of a BF16 checkpoint; the MXFP4 copy keeps embeddings and output head in
-# BF16, which makes it 0.3-0.5 of that. Plan for the upper end so a pull never fails half-way for space.
+# The BF16 file is about the size of a BF16 checkpoint; the MXFP4 copy is a quarter of that, up to a half for
+# copies whose output projection stays BF16 (--mxfp4-output). Plan for the upper end so a pull never fails
+# half-way for space.
 MXFP4_SHARE = 0.5
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
