@@ -40,9 +40,9 @@ class Chain:
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         rows = policy.max_length + 2
         # Prompt processing first, so the draft-length policy times steady decoding. A level with the
-        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead when it lacks
-        # much of the prompt: a drafter may use the target's keys and values, and the prompt is not evaluated
-        # twice. One that holds most of it already (the conversation's previous turn) evaluates the rest.
+        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it
+        # lacks only a few tokens of the prompt (a regenerated answer): a drafter may use the target's keys and
+        # values, and the prompt is not evaluated twice.
         target = self.levels[0].context
         for index, level in enumerate(self.levels):
             level.prepare(self.n_shared, rows, not self.greedy)
@@ -200,7 +200,7 @@ COPIES_PER_EVALUATION = 256
 def copying_pays(context, sequence) -> bool:
     """Whether taking the target's cache beats evaluating what ``context`` lacks of ``sequence``: a copy moves
     every token's keys and values, an evaluation only the missing tail's, but each through every weight. So a
-    drafter still holding the previous turn evaluates a few new tokens itself, and copies for more."""
+    drafter that holds all but a few tokens evaluates them itself; a follow-up question is copied."""
     return context.behind(sequence) * COPIES_PER_EVALUATION > len(sequence)
 
 
