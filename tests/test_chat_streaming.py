@@ -103,3 +103,28 @@ async def test_the_speculation_view_shows_the_whole_answer_streamed_hidden_or_sh
         for view, generation in zip((first, second), generations):
             speculation = view.query_one(".speculation")
             assert speculation.display and speculation.visual.plain == visible(generation.text)
+
+
+async def test_costly_drawing_slows_the_refreshes_down(demo_set, generations, refreshes, monkeypatch):
+    """Each update made to cost 40 ms of the screen's CPU (as a long conversation on screen does): the screen
+    then waits long enough to keep its share of a core to Answerer.SCREEN_SHARE, and still ends complete."""
+    add_pieces = AnswerView.add_pieces  # the counting one
+
+    async def costly(self, pieces):
+        if pieces:
+            began = time.thread_time()
+            while time.thread_time() - began < 0.04:
+                pass
+        await add_pieces(self, pieces)
+
+    monkeypatch.setattr(AnswerView, "add_pieces", costly)
+    app = ChatApp(ChatSettings(max_tokens=400, n_ctx=1024), Store())
+    async with app.run_test(size=(110, 36)) as pilot:
+        await answer(pilot)
+        (view,) = app.screen.query(AnswerView)
+        (generation,) = generations
+        assert view.text == generation.text and shown_markdown(view) == visible(generation.text)
+        seconds = refreshes[-1] - refreshes[0]
+        slowest = 0.04 / Answerer.SCREEN_SHARE
+        assert seconds > 2 * slowest, f"the answer took {seconds:.2f} s: too short to tell"
+        assert len(refreshes) <= seconds / slowest + 2, (len(refreshes), seconds)

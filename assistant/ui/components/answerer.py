@@ -2,8 +2,7 @@
 
 The answer is saved as it streams (``backend.generate``) and a piece reaches the screen only once committed,
 so nothing shown is ever lost; any backend failure arrives as ``Finished.error``, never as a crash.
-The screen takes the pieces a few times a second, as a reader follows them: on a machine whose cores all
-generate, every redraw is time the model does not get."""
+The screen takes the pieces a few times a second, as a reader follows them (``answer_feed``)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from textual.message import Message
 from assistant.conversation import backend
 from assistant.conversation.store import Store
 from assistant.errors import AssistantError
-from assistant.ui.components.answer_feed import AnswerFeed
+from assistant.ui.components.answer_feed import AnswerFeed, RefreshPace
 from assistant.ui.components.component import Component
 from assistant.ui.components.model_loader import ModelLoader
 from assistant.ui.widgets.messages import AnswerView
@@ -25,7 +24,9 @@ from assistant.ui.widgets.messages import AnswerView
 class Answerer(Component):
     """Runs the answers on the pipeline ``loader`` holds; never shown."""
 
-    REFRESH_SECONDS = 0.1  # between updates of the answer on screen, whatever the token rate
+    REFRESH_SECONDS = 0.1  # the shortest time between two updates of the answer on screen
+    SLOWEST_REFRESH_SECONDS = 1.0  # the longest, however costly drawing is
+    SCREEN_SHARE = 0.1  # of one core, the most the screen's thread should take while an answer streams
 
     class Finished(Message):
         """An answer ended: its statistics, or an error, and the context in use afterwards."""
@@ -51,7 +52,8 @@ class Answerer(Component):
         self.cancel = threading.Event()
         self.generating = True
         self.feed = AnswerFeed()
-        self._refresher = self.set_interval(self.REFRESH_SECONDS, partial(self._refresh, view, self.feed))
+        pace = RefreshPace(self.REFRESH_SECONDS, self.SLOWEST_REFRESH_SECONDS, self.SCREEN_SHARE)
+        self._refresher = self.set_timer(self.REFRESH_SECONDS, partial(self._refresh, view, self.feed, pace))
         self._generate(view, prompt, settings, self.cancel)
 
     def stop(self) -> bool:
@@ -71,8 +73,12 @@ class Answerer(Component):
         waiting: they are shown at the next refresh."""
         self.feed.put(pieces)
 
-    async def _refresh(self, view: AnswerView, feed: AnswerFeed) -> None:
+    async def _refresh(self, view: AnswerView, feed: AnswerFeed, pace: RefreshPace) -> None:
+        if feed is not self.feed:
+            return  # the answer ended: its last pieces went with Finished
         await view.add_pieces(feed.take())
+        if feed is self.feed:
+            self._refresher = self.set_timer(pace.next_delay(), partial(self._refresh, view, feed, pace))
 
     @work(thread=True, group="generate")
     def _generate(self, view: AnswerView, prompt: backend.ChatPrompt, settings, cancel: threading.Event) -> None:
@@ -101,10 +107,11 @@ class Answerer(Component):
     @on(Finished)
     async def _ended(self, message: Finished) -> None:
         """The last pieces go on screen before the screen hears the answer ended."""
+        feed, self.feed = self.feed, AnswerFeed()
         if self._refresher is not None:
             self._refresher.stop()
             self._refresher = None
-        await message.view.add_pieces(self.feed.take())
+        await message.view.add_pieces(feed.take())
         self.generating = False
 
     def on_unmount(self) -> None:
