@@ -419,11 +419,17 @@ def tiny_set(tiny_checkpoint, tmp_path):
                                        modelsets.Level("draft", draft["mxfp4"])], make_default=True)
 
 
-def test_set_run_compares_its_chain_shapes_with_llama_cpps_own_programs(tmp_path, tiny_set):
+@pytest.mark.parametrize("chosen", [("--set", "tiny"), ("--workload", "demo")])
+def test_set_run_compares_its_chain_shapes_with_llama_cpps_own_programs(tmp_path, tiny_set, chosen):
     """`bench --set`: our chain shapes and llama.cpp's programs (llama-bench, llama-speculative-simple with each draft
-    and with its n-gram lookup) really run, alternating, on the set's files; the report gives their command lines."""
+    and with its n-gram lookup) really run, alternating, on the set's files; the report gives their command lines.
+    `--workload demo` is the same on the demo set (here the tiny set registered as "demo" too)."""
+    from assistant import modelsets
+
+    name = chosen[1] if chosen[0] == "--set" else "demo"
+    modelsets.register(name, tiny_set.levels)
     out = tmp_path / "out"
-    done = bench("--set", "tiny", "--limit", "2", "--max-tokens", "12", "--threads", "1", "--sweep-lengths", "2,3",
+    done = bench(*chosen, "--limit", "2", "--max-tokens", "12", "--threads", "1", "--sweep-lengths", "2,3",
                  "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((out / "bench.json").read_text())["set"]
@@ -451,7 +457,8 @@ def test_set_run_compares_its_chain_shapes_with_llama_cpps_own_programs(tmp_path
     assert rows["llama-bench-stock"]["over_plain_stock"] == pytest.approx(1.0)
     assert rows["default-chain"]["over_best_speculative"] > 0 and rows["target"]["after_prompt_over_plain_ours"] > 0
     text = (out / "bench.md").read_text()
-    assert "# `assistant bench --set tiny`" in text and "CPU: " in text and "Goals (issue 40):" in text
+    assert record["model_set"]["name"] == name and f"# `assistant bench --set {name}`" in text
+    assert "CPU: " in text and "Goals (issue 40):" in text
     for key in runs:
         if key.startswith("llama-"):
             assert runs[key][0]["command"] in text, key
