@@ -10,6 +10,7 @@ llama.cpp's programs do.
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,9 @@ def run(model_set, prompts: list[dict], settings: SetSettings, bin_dir: Path) ->
                 else:
                     reply = _baseline(method, model_set, prepared[index], lengths.get(method.key), settings, bin_dir)
                 runs[method.key].append(_record(name, reply))
+            if not progress.enabled:  # a log file gets one line a prompt: a busy machine can take minutes each
+                print(f"[bench] prompt {index + 1}/{len(prompts)} ({name}) done after "
+                      f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr, flush=True)
     finally:
         worker.close()
         progress.finish()
