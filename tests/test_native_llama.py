@@ -76,6 +76,20 @@ def test_logits_match_the_stock_kernels(bench_gguf, prompt_tokens, tmp_path, kin
     assert (ours.argmax(axis=1) == stock.argmax(axis=1)).mean() >= 0.95
 
 
+@pytest.mark.parametrize("path", ["avx512-bf16", "avx512", "avx2", "amx"])
+def test_bf16_prompt_paths_match_the_stock_kernels(bench_gguf, prompt_tokens, tmp_path, path):
+    """A 40-token prompt (beyond the 16 columns of a verification batch) takes each path's blocked prompt
+    kernel inside llama.cpp; its logits agree with stock's as the default path's do."""
+    ours, info = run_logits(bench_gguf["target_bf16"], prompt_tokens, dict(OURS, ASSISTANT_BF16_KERNEL=path), tmp_path)
+    if f"bf16={path}" not in info["kernels"]:
+        pytest.skip(f"this CPU does not run the {path} path")
+    stock, _ = run_logits(bench_gguf["target_bf16"], prompt_tokens, STOCK, tmp_path)
+    spread = stock.std(axis=1, keepdims=True)
+    assert np.abs(ours - stock).max() / spread.min() < 2e-2
+    assert np.median(np.abs(ours - stock) / spread) < 2e-3
+    assert (ours.argmax(axis=1) == stock.argmax(axis=1)).mean() >= 0.95
+
+
 @pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
 def test_scalar_path_agrees_in_llama(bench_gguf, prompt_tokens, tmp_path, kind):
     """The portable path runs inside llama.cpp too, and matches the vector path to float rounding."""

@@ -11,6 +11,7 @@
 #include "bf16-gemm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -315,6 +316,204 @@ const TileFn      kAvx512Alone[kAlone] = {tile_avx512<1, Fetch::L2>, tile_avx512
                                           tile_avx512<3, Fetch::L2>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
+
+// Prompts (N > kVerifyColumns) on the vector paths: a blocked GEMM. The per-tile kernels above stream every
+// column's activations once per 16 rows and give each (row, column) two chains of its own, which suits
+// verification batches that wait on memory; a prompt is compute-bound and needs more work per load. Here
+// K goes in blocks of value pairs; each block's activations are packed once per call into panels of
+// kPanel columns ([pair][column], contiguous), and a micro-kernel multiplies two 16-row tiles by a whole
+// panel with one accumulator per (row, column) in registers, reading the panel from L1 and the weights from
+// L2. Each column's sum runs in order of k within a block and the blocks are added in order, so its bits
+// depend on K alone: not on N (beyond 16) nor on the row split. They differ from the verification paths'
+// bits, which is why the line is at 16 columns, the largest verification batch.
+constexpr int64_t kVerifyColumns = 16;
+
+// Which kernel a prompt runs: vdpbf16ps where the CPU has it (twice the multiply-adds per instruction of
+// widening plus FMA), else widening plus 512-bit or 256-bit FMAs.
+enum class Prompt { Bf16Dot, Avx512, Avx2 };
+
+// Panel shapes. AVX-512: 2 tiles x 12 columns = 24 accumulators, the tiles' weights, one broadcast (and for
+// FMA the widened halves): within 32 registers. AVX2: half a tile (8 rows as two interleaved vectors, see
+// rows_avx2) x 6 columns = 12 accumulators within 16.
+constexpr int kPanel512 = 12, kPanelAvx2 = 6;
+// Value pairs per K block: a panel of 12 columns is 6 KB of bf16 pairs (12 KB as floats), well inside L1,
+// and two tiles' weights for a block 16 KB.
+constexpr int64_t kPromptPairs = 128;
+// Rows whose block of weights (64 KB) stays in L2 while every panel passes over them: all of a thread's rows
+// at once made the AVX2 kernel fetch its weights from L3 for every panel once M reached a few thousand.
+constexpr int64_t kPromptRows = 128;
+
+template <int T>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const uint16_t * w, int64_t tile_step,
+                                                                          const char * panel, int64_t pairs,
+                                                                          float * dst, int64_t dst_stride, int nc,
+                                                                          bool first) {
+    constexpr int C = kPanel512;
+    __m512        acc[T][C];
+#    pragma GCC unroll 24
+    for (int i = 0; i < T * C; ++i) acc[i / C][i % C] = _mm512_setzero_ps();
+    const int32_t * a = (const int32_t *) panel;
+    for (int64_t p = 0; p < pairs; ++p) {
+        __m512bh v[T];
+#    pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) v[t] = (__m512bh) _mm512_loadu_si512(w + t * tile_step + p * 2 * kTile);
+#    pragma GCC unroll 12
+        for (int j = 0; j < C; ++j) {
+            const __m512bh b = (__m512bh) _mm512_set1_epi32(a[p * C + j]);
+#    pragma GCC unroll 2
+            for (int t = 0; t < T; ++t) acc[t][j] = _mm512_dpbf16_ps(acc[t][j], v[t], b);
+        }
+    }
+#    pragma GCC unroll 12
+    for (int j = 0; j < C; ++j) {  // constant indices keep the accumulators in registers
+        if (j >= nc) break;
+#    pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+            float * d = dst + j * dst_stride + t * kTile;
+            _mm512_storeu_ps(d, first ? acc[t][j] : _mm512_add_ps(_mm512_loadu_ps(d), acc[t][j]));
+        }
+    }
+}
+
+template <int T>
+__attribute__((target("avx512f"))) void micro_avx512(const uint16_t * w, int64_t tile_step, const char * panel,
+                                                     int64_t pairs, float * dst, int64_t dst_stride, int nc,
+                                                     bool first) {
+    constexpr int C    = kPanel512;
+    const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
+    __m512        acc[T][C];
+#    pragma GCC unroll 24
+    for (int i = 0; i < T * C; ++i) acc[i / C][i % C] = _mm512_setzero_ps();
+    const float * a = (const float *) panel;
+    for (int64_t p = 0; p < pairs; ++p) {
+        __m512 even[T], odd[T];
+#    pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+            const __m512i v = _mm512_loadu_si512(w + t * tile_step + p * 2 * kTile);
+            even[t]         = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+            odd[t]          = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+        }
+#    pragma GCC unroll 12
+        for (int j = 0; j < C; ++j) {
+            const __m512 ae = _mm512_set1_ps(a[(p * C + j) * 2]);
+#    pragma GCC unroll 2
+            for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(even[t], ae, acc[t][j]);
+            const __m512 ao = _mm512_set1_ps(a[(p * C + j) * 2 + 1]);
+#    pragma GCC unroll 2
+            for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(odd[t], ao, acc[t][j]);
+        }
+    }
+#    pragma GCC unroll 12
+    for (int j = 0; j < C; ++j) {  // constant indices keep the accumulators in registers
+        if (j >= nc) break;
+#    pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+            float * d = dst + j * dst_stride + t * kTile;
+            _mm512_storeu_ps(d, first ? acc[t][j] : _mm512_add_ps(_mm512_loadu_ps(d), acc[t][j]));
+        }
+    }
+}
+
+// AVX2: one 16-row tile as its two 8-row halves, one after the other (the interleaved widening of rows_avx2:
+// one 64-bit broadcast of a column's two values feeds both vectors of a half).
+__attribute__((target("avx2,fma"))) void micro_avx2(const uint16_t * w, int64_t, const char * panel, int64_t pairs,
+                                                    float * dst, int64_t dst_stride, int nc, bool first) {
+    constexpr int C    = kPanelAvx2;
+    const __m256i zero = _mm256_setzero_si256();
+    const double * a   = (const double *) panel;
+    for (int h = 0; h < 2; ++h) {
+        __m256 lo[C], hi[C];
+#    pragma GCC unroll 6
+        for (int j = 0; j < C; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < pairs; ++p) {
+            const __m256i v  = _mm256_loadu_si256((const __m256i *) (w + p * 2 * kTile + 16 * h));
+            const __m256  wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+            const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+#    pragma GCC unroll 6
+            for (int j = 0; j < C; ++j) {
+                const __m256 b = _mm256_castpd_ps(_mm256_broadcast_sd(a + p * C + j));
+                lo[j]          = _mm256_fmadd_ps(wl, b, lo[j]);
+                hi[j]          = _mm256_fmadd_ps(wh, b, hi[j]);
+            }
+        }
+#    pragma GCC unroll 6
+        for (int j = 0; j < C; ++j) {
+            if (j >= nc) break;
+            float *      d = dst + j * dst_stride + 8 * h;
+            const __m256 s = _mm256_hadd_ps(lo[j], hi[j]);
+            _mm256_storeu_ps(d, first ? s : _mm256_add_ps(_mm256_loadu_ps(d), s));
+        }
+    }
+}
+
+using MicroFn = void (*)(const uint16_t *, int64_t, const char *, int64_t, float *, int64_t, int, bool);
+
+// Whether vdpbf16ps multiplies faster than widening plus FMA on this CPU, measured once: each micro-kernel
+// on the same block in L1, alternated, the best of several rounds. Where vdpbf16ps issues once a cycle
+// (AMD Zen 4) it does twice the work of an FMA; where it issues once per two cycles (the Xeons we measured)
+// the FMAs are faster. A few milliseconds at the first prompt.
+bool bf16dot_is_faster() {
+    using clock = std::chrono::steady_clock;
+    const int64_t       pairs = kPromptPairs;
+    std::vector<uint16_t> w((size_t) 2 * kTile * pairs * 2, 0x3f80);
+    std::vector<char>     panel((size_t) pairs * kPanel512 * 8, 0);
+    alignas(64) float     out[kPanel512][2 * kTile];
+    double best[2] = {1e30, 1e30};
+    for (int round = 0; round < 5; ++round) {
+        for (int k = 0; k < 2; ++k) {
+            const MicroFn fn    = k == 0 ? micro_bf16dot<2> : micro_avx512<2>;
+            const auto    start = clock::now();
+            for (int i = 0; i < 50; ++i) fn(w.data(), kTile * pairs * 2, panel.data(), pairs, out[0], 2 * kTile, kPanel512, true);
+            best[k] = std::min(best[k], std::chrono::duration<double>(clock::now() - start).count());
+        }
+    }
+    return best[0] < best[1];
+}
+
+// Whole 16-row tiles [row_begin, row_end) for N > 16 columns.
+void gemm_prompt(Prompt kind, const uint16_t * packed, int64_t K, const void * act, size_t act_stride, int64_t N,
+                 float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
+    const int     C      = kind == Prompt::Avx2 ? kPanelAvx2 : kPanel512;
+    const int     tiles  = kind == Prompt::Avx2 ? 1 : 2;  // per micro-kernel call
+    const size_t  elem   = kind == Prompt::Bf16Dot ? 4 : 8;  // a column's pair: two bf16 or two floats
+    MicroFn       two    = kind == Prompt::Bf16Dot ? micro_bf16dot<2> : kind == Prompt::Avx512 ? micro_avx512<2> : micro_avx2;
+    MicroFn       one    = kind == Prompt::Bf16Dot ? micro_bf16dot<1> : kind == Prompt::Avx512 ? micro_avx512<1> : micro_avx2;
+    const int64_t pairs  = K / 2;
+    const int64_t blocks = (pairs + kPromptPairs - 1) / kPromptPairs;
+    const int64_t block  = (pairs + blocks - 1) / blocks;  // blocks of equal length, the last one shorter
+    const int64_t groups = (N + C - 1) / C;
+    thread_local std::vector<char> panels;
+    panels.resize((size_t) groups * block * C * elem);
+    for (int64_t p0 = 0; p0 < pairs; p0 += block) {
+        const int64_t n = std::min(block, pairs - p0);
+        // Pack: panel g holds, pair by pair, the pairs of its C columns (zeros past N).
+        for (int64_t g = 0; g < groups; ++g) {
+            char * panel = panels.data() + (size_t) g * block * C * elem;
+            for (int j = 0; j < C; ++j) {
+                const int64_t col = g * C + j;
+                if (col >= N) {
+                    for (int64_t p = 0; p < n; ++p) std::memset(panel + (p * C + j) * elem, 0, elem);
+                    continue;
+                }
+                const Column  c   = column(act, act_stride, col, K);
+                const char *  src = elem == 4 ? (const char *) c.h : (const char *) c.f;
+                for (int64_t p = 0; p < n; ++p) std::memcpy(panel + (p * C + j) * elem, src + (p0 + p) * elem, elem);
+            }
+        }
+        for (int64_t r0 = row_begin; r0 < row_end; r0 += kPromptRows) {
+            const int64_t r1 = std::min(row_end, r0 + kPromptRows);
+            for (int64_t g = 0; g < groups; ++g) {
+                const char * panel = panels.data() + (size_t) g * block * C * elem;
+                const int    nc    = (int) std::min<int64_t>(C, N - g * C);
+                for (int64_t t0 = r0; t0 < r1; t0 += tiles * kTile) {
+                    const bool       whole = t0 + tiles * kTile <= r1;
+                    const uint16_t * w     = packed + t0 * K + p0 * 2 * kTile;
+                    (whole ? two : one)(w, kTile * K, panel, n, dst + g * C * dst_stride + t0, dst_stride, nc, p0 == 0);
+                }
+            }
+        }
+    }
+}
 #endif  // BF16_X86
 
 #ifdef BF16_NEON
@@ -644,13 +843,24 @@ int & current() {
     return path;
 }
 
+// Whether the path in use was asked for by name: then prompts run that path's own kernel too, so each can
+// be measured; chosen by default, prompts take vdpbf16ps wherever the CPU has it.
+bool & forced() {
+    static bool named = false;
+    return named;
+}
+
 }  // namespace
 
 extern "C" {
 
 int bf16_set_path(int path) {
-    if (path == BF16_PATH_AUTO) path = default_path();
-    if (runnable(path)) current() = path;
+    const bool named = path != BF16_PATH_AUTO;
+    if (!named) path = default_path();
+    if (runnable(path)) {
+        current() = path;
+        forced()  = named;
+    }
     return current();
 }
 
@@ -716,6 +926,20 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
     if (path == BF16_PATH_AMX) {
         gemm_amx((const uint16_t *) packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end);
         return;
+    }
+#endif
+#ifdef BF16_X86
+    if (N > kVerifyColumns && (path == BF16_PATH_AVX512_BF16 || path == BF16_PATH_AVX512 || path == BF16_PATH_AVX2)) {
+        // Named, a path runs its own prompt kernel; by default, the faster of the two AVX-512 ones.
+        static const bool dot = runnable(BF16_PATH_AVX512_BF16) && bf16dot_is_faster();
+        const Prompt kind = path == BF16_PATH_AVX2                          ? Prompt::Avx2
+                            : path == BF16_PATH_AVX512_BF16 || (dot && !forced()) ? Prompt::Bf16Dot
+                                                                            : Prompt::Avx512;
+        const int64_t whole_end = std::min(row_end, M / kTile * kTile);  // a last short tile: the loop below
+        if (whole_end > row_begin) {
+            gemm_prompt(kind, (const uint16_t *) packed, K, act, act_stride, N, dst, dst_stride, row_begin, whole_end);
+        }
+        row_begin = std::max(row_begin, whole_end);
     }
 #endif
     const int step = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 ? 8 : 4;
