@@ -134,6 +134,26 @@ def test_kernel_bench_reports_the_fma_peak_and_bf16_against_it():
     assert f"f32 multiply-add peak ({run.fma_bits}-bit)" in text and "| N=16 share of the f32 FMA peak" in text
 
 
+def test_kernel_bench_speed_of_light_is_the_best_read_and_never_below_a_kernel():
+    """The bandwidth test reads the buffer every way it knows (plain, prefetch distances and levels, streaming,
+    huge and 4 KB pages) and keeps the best; a kernel's effective rate above all of them raises the limit to
+    it. On 50 MB sets in this CPU's cache the kernels outrun DRAM-sized readings, which exercises the rule."""
+    from native import bench, build
+
+    directory = build.cache_root() / build.build_key()
+    if not (directory / "build-info.json").exists():
+        pytest.skip(f"no native build for the current sources ({directory}); run native/build.py")
+    run = bench.run_mulmat(bench.mulmat_tool(directory), threads=1, gb=0.05, reps=1, kernels=("bf16-ours",), ns=(1, 16))
+    assert {"plain", "prefetch-t0-4k", "stream", "plain-4k-pages"} <= set(run.read_strategies)
+    assert run.bandwidth_gbps >= max(run.read_strategies.values())
+    assert run.bandwidth_gbps >= max(r["gbps"] for r in run.results)
+    assert run.read_best in run.read_strategies or run.read_best.startswith("bf16-ours N=")
+    text = bench.markdown({"threads": 1, "bandwidth_gbps": run.bandwidth_gbps, "read_best": run.read_best,
+                           "read_strategies": run.read_strategies, "weight_bytes": run.weight_bytes,
+                           "results": run.results, "summary": bench.summary(run)})
+    assert f"({run.read_best}, the best of plain " in text
+
+
 HUGE_PAGE_BYTES = """
 import sys
 from pathlib import Path

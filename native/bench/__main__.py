@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     tool = bench.mulmat_tool(directory)
     print(f"[bench] {args.threads} threads, {args.gb} GB per weight set, {args.reps} repetitions", file=sys.stderr)
     run = bench.run_mulmat(tool, args.threads, args.gb, args.reps, kernels=args.kernels.split(","))
-    report = {"threads": args.threads, "bandwidth_gbps": run.bandwidth_gbps, "fma_peak_gflops": run.fma_peak_gflops,
+    report = {"threads": args.threads, "bandwidth_gbps": run.bandwidth_gbps, "read_best": run.read_best,
+              "read_strategies": run.read_strategies, "fma_peak_gflops": run.fma_peak_gflops,
               "fma_bits": run.fma_bits, "weight_bytes": run.weight_bytes,
               "results": sorted(run.results, key=lambda r: (bench.KERNELS.index(r["kernel"])
                                                             if r["kernel"] in bench.KERNELS else 99, r["n"])),
