@@ -108,15 +108,16 @@ __attribute__((target("avx512f"))) void tile_avx512(const uint16_t * tile, int64
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(even[j], odd[j]));
 }
 
-template <int NC>
+template <int NC, Fetch FETCH = Fetch::L1>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_avx512bf16(const uint16_t * tile, int64_t K,
                                                                               const Column * cols, float (*out)[kTile]) {
+    constexpr _mm_hint hint = FETCH == Fetch::L2 ? _MM_HINT_T1 : _MM_HINT_T0;
     __m512 even[NC], odd[NC];
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < K / 2; p += 2) {
-        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, _MM_HINT_T0);
-        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes, hint);
+        _mm_prefetch((const char *) (tile + p * 2 * kTile) + kPrefetchBytes + 64, hint);
         const __m512bh w0 = (__m512bh) _mm512_loadu_si512(tile + p * 2 * kTile);
         const __m512bh w1 = (__m512bh) _mm512_loadu_si512(tile + (p + 1) * 2 * kTile);
 #    pragma GCC unroll 8
@@ -314,6 +315,8 @@ const TileFn kAvx512[8]     = {tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, t
 constexpr int64_t kAlone = 3;
 const TileFn      kAvx512Alone[kAlone] = {tile_avx512<1, Fetch::L2>, tile_avx512<2, Fetch::L2>,
                                           tile_avx512<3, Fetch::L2>};
+const TileFn kAvx512Bf16Alone[kAlone] = {tile_avx512bf16<1, Fetch::L2>, tile_avx512bf16<2, Fetch::L2>,
+                                          tile_avx512bf16<3, Fetch::L2>};
 const TileFn kAvx512Bf16[8] = {tile_avx512bf16<1>, tile_avx512bf16<2>, tile_avx512bf16<3>, tile_avx512bf16<4>,
                                tile_avx512bf16<5>, tile_avx512bf16<6>, tile_avx512bf16<7>, tile_avx512bf16<8>};
 
@@ -971,7 +974,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
             for (int j = 0; j < nc; ++j) cols[j] = column(act, act_stride, j0 + j, K);
             switch (path) {
 #ifdef BF16_X86
-                case BF16_PATH_AVX512_BF16: kAvx512Bf16[nc - 1](tile, K, cols, out); break;
+                case BF16_PATH_AVX512_BF16: (N <= kAlone ? kAvx512Bf16Alone : kAvx512Bf16)[nc - 1](tile, K, cols, out); break;
                 case BF16_PATH_AVX512: (N <= kAlone ? kAvx512Alone : kAvx512)[nc - 1](tile, K, cols, out); break;
 #endif
 #ifdef BF16_NEON
