@@ -167,12 +167,62 @@ void check_bf16(std::mt19937 & rng) {
     std::printf("bf16 default path: %s\n", bf16_path_name());
 }
 
+// Prompts (N > 16) may take another path with bits of its own (the x86 blocked GEMM): every path's prompt
+// result is checked against float64 arithmetic, and for invariance among prompt sizes and row splits.
+void check_bf16_prompts(std::mt19937 & rng) {
+    const int64_t M = 45, K = 1056, N = 40;  // K: several blocks of the prompt GEMM, the last short; M: a short tile
+    std::vector<uint16_t> w(M * K), packed(M * K);
+    for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));
+    bf16_pack(w.data(), packed.data(), M, K);
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = bf16_act_bytes(K);
+    std::vector<uint8_t>     act(N * stride);
+    auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        bf16_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    auto widen = [](uint16_t v) {
+        const uint32_t bits = (uint32_t) v << 16;
+        float          f;
+        std::memcpy(&f, &bits, 4);
+        return (double) f;
+    };
+    const std::vector<Path> paths = {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
+                                     {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"neon", BF16_PATH_NEON}};
+    for (const Path & p : paths) {
+        if (bf16_set_path(p.id) != p.id) continue;
+        for (int64_t j = 0; j < N; ++j) bf16_convert_act(&x[j * K], &act[j * stride], K);
+        const std::vector<float> whole = run(gemm, M, N, {0, M});
+        double worst = 0.0;
+        for (int64_t j = 0; j < N; ++j) {
+            const uint16_t * h = (const uint16_t *) ((const float *) &act[j * stride] + K);
+            for (int64_t r = 0; r < M; ++r) {
+                double sum = 0.0, size = 1e-30;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double t = widen(w[r * K + k]) * widen(h[k]);
+                    sum += t, size += std::fabs(t);
+                }
+                worst = std::max(worst, std::fabs(whole[j * M + r] - sum) / size);
+            }
+        }
+        check(worst < 1e-5, std::string("bf16 ") + p.name + " prompt (N = 40) vs float64");
+        bool invariant = true;
+        for (int64_t n : {17, 23, 40}) {
+            for (const std::vector<int64_t> & splits : {std::vector<int64_t>{0, M}, {0, 16, M}, {0, 32, M}}) {
+                invariant = invariant && same_bits(run(gemm, M, n, splits), whole, M * n);
+            }
+        }
+        check(invariant, std::string("bf16 ") + p.name + " prompt bits independent of N > 16 and the row split");
+    }
+    bf16_set_path(0);
+}
+
 }  // namespace
 
 int main() {
     std::mt19937 rng(7);
     check_mxfp4(rng);
     check_bf16(rng);
+    check_bf16_prompts(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
