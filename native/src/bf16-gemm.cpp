@@ -346,12 +346,14 @@ constexpr int64_t kPromptPairs = 128;
 // at once made the AVX2 kernel fetch its weights from L3 for every panel once M reached a few thousand.
 constexpr int64_t kPromptRows = 128;
 
-template <int T>
+// C columns of a panel of kPanel512 (the last group of a prompt may have fewer; each column's sequence of
+// operations is the same whatever C is, so its bits are too).
+template <int T, int C>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const uint16_t * w, int64_t tile_step,
                                                                           const char * panel, int64_t pairs,
                                                                           float * dst, int64_t dst_stride, int nc,
                                                                           bool first) {
-    constexpr int C = kPanel512;
+    constexpr int P = kPanel512;
     __m512        acc[T][C];
 #    pragma GCC unroll 24
     for (int i = 0; i < T * C; ++i) acc[i / C][i % C] = _mm512_setzero_ps();
@@ -359,10 +361,13 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const 
     for (int64_t p = 0; p < pairs; ++p) {
         __m512bh v[T];
 #    pragma GCC unroll 2
-        for (int t = 0; t < T; ++t) v[t] = (__m512bh) _mm512_loadu_si512(w + t * tile_step + p * 2 * kTile);
+        for (int t = 0; t < T; ++t) {
+            _mm_prefetch((const char *) (w + (T + t) * tile_step + p * 2 * kTile), _MM_HINT_T0);  // the next call's
+            v[t] = (__m512bh) _mm512_loadu_si512(w + t * tile_step + p * 2 * kTile);
+        }
 #    pragma GCC unroll 12
         for (int j = 0; j < C; ++j) {
-            const __m512bh b = (__m512bh) _mm512_set1_epi32(a[p * C + j]);
+            const __m512bh b = (__m512bh) _mm512_set1_epi32(a[p * P + j]);
 #    pragma GCC unroll 2
             for (int t = 0; t < T; ++t) acc[t][j] = _mm512_dpbf16_ps(acc[t][j], v[t], b);
         }
@@ -378,11 +383,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const 
     }
 }
 
-template <int T>
+template <int T, int C>
 __attribute__((target("avx512f"))) void micro_avx512(const uint16_t * w, int64_t tile_step, const char * panel,
                                                      int64_t pairs, float * dst, int64_t dst_stride, int nc,
                                                      bool first) {
-    constexpr int C    = kPanel512;
+    constexpr int P    = kPanel512;
     const __m512i high = _mm512_set1_epi32((int) 0xffff0000u);
     __m512        acc[T][C];
 #    pragma GCC unroll 24
@@ -392,16 +397,17 @@ __attribute__((target("avx512f"))) void micro_avx512(const uint16_t * w, int64_t
         __m512 even[T], odd[T];
 #    pragma GCC unroll 2
         for (int t = 0; t < T; ++t) {
+            _mm_prefetch((const char *) (w + (T + t) * tile_step + p * 2 * kTile), _MM_HINT_T0);
             const __m512i v = _mm512_loadu_si512(w + t * tile_step + p * 2 * kTile);
             even[t]         = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             odd[t]          = _mm512_castsi512_ps(_mm512_and_si512(v, high));
         }
 #    pragma GCC unroll 12
         for (int j = 0; j < C; ++j) {
-            const __m512 ae = _mm512_set1_ps(a[(p * C + j) * 2]);
+            const __m512 ae = _mm512_set1_ps(a[(p * P + j) * 2]);
 #    pragma GCC unroll 2
             for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(even[t], ae, acc[t][j]);
-            const __m512 ao = _mm512_set1_ps(a[(p * C + j) * 2 + 1]);
+            const __m512 ao = _mm512_set1_ps(a[(p * P + j) * 2 + 1]);
 #    pragma GCC unroll 2
             for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(odd[t], ao, acc[t][j]);
         }
@@ -419,9 +425,10 @@ __attribute__((target("avx512f"))) void micro_avx512(const uint16_t * w, int64_t
 
 // AVX2: one 16-row tile as its two 8-row halves, one after the other (the interleaved widening of rows_avx2:
 // one 64-bit broadcast of a column's two values feeds both vectors of a half).
-__attribute__((target("avx2,fma"))) void micro_avx2(const uint16_t * w, int64_t, const char * panel, int64_t pairs,
+template <int T, int C>  // T is always 1: one tile a call
+__attribute__((target("avx2,fma"))) void micro_avx2(const uint16_t * w, int64_t tile_step, const char * panel, int64_t pairs,
                                                     float * dst, int64_t dst_stride, int nc, bool first) {
-    constexpr int C    = kPanelAvx2;
+    constexpr int P    = kPanelAvx2;
     const __m256i zero = _mm256_setzero_si256();
     const double * a   = (const double *) panel;
     for (int h = 0; h < 2; ++h) {
@@ -429,12 +436,13 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const uint16_t * w, int64_t,
 #    pragma GCC unroll 6
         for (int j = 0; j < C; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
         for (int64_t p = 0; p < pairs; ++p) {
+            if (h == 0) _mm_prefetch((const char *) (w + tile_step + p * 2 * kTile), _MM_HINT_T0);
             const __m256i v  = _mm256_loadu_si256((const __m256i *) (w + p * 2 * kTile + 16 * h));
             const __m256  wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
             const __m256  wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
 #    pragma GCC unroll 6
             for (int j = 0; j < C; ++j) {
-                const __m256 b = _mm256_castpd_ps(_mm256_broadcast_sd(a + p * C + j));
+                const __m256 b = _mm256_castpd_ps(_mm256_broadcast_sd(a + p * P + j));
                 lo[j]          = _mm256_fmadd_ps(wl, b, lo[j]);
                 hi[j]          = _mm256_fmadd_ps(wh, b, hi[j]);
             }
@@ -451,6 +459,17 @@ __attribute__((target("avx2,fma"))) void micro_avx2(const uint16_t * w, int64_t,
 
 using MicroFn = void (*)(const uint16_t *, int64_t, const char *, int64_t, float *, int64_t, int, bool);
 
+// Micro-kernels for 1..C columns, so a prompt's last, short group computes no padding.
+template <int T, int... Cs> struct Bf16DotTable {
+    static constexpr MicroFn fns[] = {micro_bf16dot<T, Cs>...};
+};
+template <int T, int... Cs> struct Avx512Table {
+    static constexpr MicroFn fns[] = {micro_avx512<T, Cs>...};
+};
+template <int... Cs> struct Avx2Table {
+    static constexpr MicroFn fns[] = {micro_avx2<1, Cs>...};
+};
+
 // Whether vdpbf16ps multiplies faster than widening plus FMA on this CPU, measured once: each micro-kernel
 // on the same block in L1, alternated, the best of several rounds. Where vdpbf16ps issues once a cycle
 // (AMD Zen 4) it does twice the work of an FMA; where it issues once per two cycles (the Xeons we measured)
@@ -464,7 +483,7 @@ bool bf16dot_is_faster() {
     double best[2] = {1e30, 1e30};
     for (int round = 0; round < 5; ++round) {
         for (int k = 0; k < 2; ++k) {
-            const MicroFn fn    = k == 0 ? micro_bf16dot<2> : micro_avx512<2>;
+            const MicroFn fn    = k == 0 ? micro_bf16dot<2, kPanel512> : micro_avx512<2, kPanel512>;
             const auto    start = clock::now();
             for (int i = 0; i < 50; ++i) fn(w.data(), kTile * pairs * 2, panel.data(), pairs, out[0], 2 * kTile, kPanel512, true);
             best[k] = std::min(best[k], std::chrono::duration<double>(clock::now() - start).count());
@@ -479,8 +498,13 @@ void gemm_prompt(Prompt kind, const uint16_t * packed, int64_t K, const void * a
     const int     C      = kind == Prompt::Avx2 ? kPanelAvx2 : kPanel512;
     const int     tiles  = kind == Prompt::Avx2 ? 1 : 2;  // per micro-kernel call
     const size_t  elem   = kind == Prompt::Bf16Dot ? 4 : 8;  // a column's pair: two bf16 or two floats
-    MicroFn       two    = kind == Prompt::Bf16Dot ? micro_bf16dot<2> : kind == Prompt::Avx512 ? micro_avx512<2> : micro_avx2;
-    MicroFn       one    = kind == Prompt::Bf16Dot ? micro_bf16dot<1> : kind == Prompt::Avx512 ? micro_avx512<1> : micro_avx2;
+    using Dot2 = Bf16DotTable<2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+    using Dot1 = Bf16DotTable<1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+    using Fma2 = Avx512Table<2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+    using Fma1 = Avx512Table<1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+    using Half = Avx2Table<1, 2, 3, 4, 5, 6>;
+    const MicroFn * two = kind == Prompt::Bf16Dot ? Dot2::fns : kind == Prompt::Avx512 ? Fma2::fns : Half::fns;
+    const MicroFn * one = kind == Prompt::Bf16Dot ? Dot1::fns : kind == Prompt::Avx512 ? Fma1::fns : Half::fns;
     const int64_t pairs  = K / 2;
     const int64_t blocks = (pairs + kPromptPairs - 1) / kPromptPairs;
     const int64_t block  = (pairs + blocks - 1) / blocks;  // blocks of equal length, the last one shorter
@@ -511,7 +535,8 @@ void gemm_prompt(Prompt kind, const uint16_t * packed, int64_t K, const void * a
                 for (int64_t t0 = r0; t0 < r1; t0 += tiles * kTile) {
                     const bool       whole = t0 + tiles * kTile <= r1;
                     const uint16_t * w     = packed + t0 * K + p0 * 2 * kTile;
-                    (whole ? two : one)(w, kTile * K, panel, n, dst + g * C * dst_stride + t0, dst_stride, nc, p0 == 0);
+                    (whole ? two : one)[nc - 1](w, kTile * K, panel, n, dst + g * C * dst_stride + t0, dst_stride, nc,
+                                                p0 == 0);
                 }
             }
         }
