@@ -202,6 +202,18 @@ def test_a_busy_server_is_a_clear_error(bench_gguf, rpc_endpoint):
             Pipeline.load(target, n_ctx=256, target_rpc=rpc_endpoint)
 
 
+def answer_until_killed(pipeline, server, lost: str) -> list[int]:
+    """The tokens of an answer during which ``server`` is killed after the fourth; the loss must match ``lost``."""
+    said = []
+    with pytest.raises(remote.RemoteTargetLost, match=lost):
+        for event in pipeline.generate(PROMPT, Sampling(), 48):
+            said.append(event.token)
+            if len(said) >= 4 and server.poll() is None:
+                server.kill()
+                server.wait()
+    return said
+
+
 def test_a_server_killed_mid_answer_keeps_the_answer_so_far_and_the_next_answer_reconnects(bench_gguf):
     """Killing ggml-rpc-server mid-answer: the tokens already out stay out, a clear error follows (ggml would abort
     the process: the remote model runs in a worker), and once the server is back the same pipeline answers again."""
@@ -210,14 +222,8 @@ def test_a_server_killed_mid_answer_keeps_the_answer_so_far_and_the_next_answer_
     files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
     with Pipeline.load(files, n_ctx=512, target_rpc=f"127.0.0.1:{port}") as pipeline:
         whole = answer(pipeline)
-        said = []
-        with pytest.raises(remote.RemoteTargetLost, match=r"the target's RPC server at 127\.0\.0\.1:\d+ dropped the "
-                           r"connection while verifying \(.*\); the answer so far is kept"):
-            for event in pipeline.generate(PROMPT, Sampling(), 48):
-                said.append(event.token)
-                if len(said) >= 4 and server.poll() is None:
-                    server.kill()
-                    server.wait()
+        said = answer_until_killed(pipeline, server, r"the target's RPC server at 127\.0\.0\.1:\d+ dropped the "
+                                   r"connection while verifying \(.*\); the answer so far is kept")
         assert 4 <= len(said) < 48 and said == whole[: len(said)]
         with pytest.raises(AssistantError, match="cannot reach the RPC server"):
             answer(pipeline)
@@ -360,14 +366,8 @@ def test_a_server_of_a_split_killed_mid_answer_is_named_and_the_answer_so_far_ke
     with rpc_servers(2) as (servers, endpoints):
         with Pipeline.load(files, n_ctx=512, target_rpc=",".join(endpoints)) as pipeline:
             whole = answer(pipeline)
-            said = []
-            with pytest.raises(remote.RemoteTargetLost, match=rf"RPC server at {endpoints[1]} \(of {endpoints[0]}, "
-                               rf"{endpoints[1]}\) dropped the connection while verifying .*the answer so far is kept"):
-                for event in pipeline.generate(PROMPT, Sampling(), 48):
-                    said.append(event.token)
-                    if len(said) >= 4 and servers[1].poll() is None:
-                        servers[1].kill()
-                        servers[1].wait()
+            said = answer_until_killed(pipeline, servers[1], rf"RPC server at {endpoints[1]} \(of {endpoints[0]}, "
+                                       rf"{endpoints[1]}\) dropped the connection while verifying .*the answer so far is kept")
             assert 4 <= len(said) < 48 and said == whole[: len(said)]
 
 

@@ -128,6 +128,15 @@ void check_mxfp4(std::mt19937 & rng) {
     std::printf("mxfp4 default path: %s\n", mxfp4_path_name());
 }
 
+// A bf16 value as a double, for the float64 references.
+static double bf16_value(uint16_t v) {
+    const uint32_t bits = (uint32_t) v << 16;
+    float          f;
+    std::memcpy(&f, &bits, 4);
+    return (double) f;
+}
+
+
 void check_bf16(std::mt19937 & rng) {
     const int64_t M = 45, K = 2080, N = 9;  // K spans two of the AVX2 path's chunks of 2048 values, the second short
     std::vector<uint16_t> w(M * K), packed(M * K);
@@ -142,12 +151,6 @@ void check_bf16(std::mt19937 & rng) {
     auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
         bf16_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
     };
-    auto widen = [](uint16_t v) {
-        const uint32_t bits = (uint32_t) v << 16;
-        float          f;
-        std::memcpy(&f, &bits, 4);
-        return (double) f;
-    };
     bf16_set_path(1);
     prepare();
     std::vector<double> reference(2 * M * N, 0.0);
@@ -155,7 +158,7 @@ void check_bf16(std::mt19937 & rng) {
         const uint16_t * h = (const uint16_t *) ((const float *) &act[j * stride] + K);
         for (int64_t r = 0; r < M; ++r) {
             for (int64_t k = 0; k < K; ++k) {
-                const double t = widen(w[r * K + k]) * widen(h[k]);
+                const double t = bf16_value(w[r * K + k]) * bf16_value(h[k]);
                 reference[j * M + r] += t;
                 reference[M * N + j * M + r] += std::fabs(t);
             }
@@ -180,12 +183,6 @@ void check_bf16_prompts(std::mt19937 & rng) {
     auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
         bf16_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
     };
-    auto widen = [](uint16_t v) {
-        const uint32_t bits = (uint32_t) v << 16;
-        float          f;
-        std::memcpy(&f, &bits, 4);
-        return (double) f;
-    };
     const std::vector<Path> paths = {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
                                      {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"neon", BF16_PATH_NEON}};
     for (const Path & p : paths) {
@@ -198,7 +195,7 @@ void check_bf16_prompts(std::mt19937 & rng) {
             for (int64_t r = 0; r < M; ++r) {
                 double sum = 0.0, size = 1e-30;
                 for (int64_t k = 0; k < K; ++k) {
-                    const double t = widen(w[r * K + k]) * widen(h[k]);
+                    const double t = bf16_value(w[r * K + k]) * bf16_value(h[k]);
                     sum += t, size += std::fabs(t);
                 }
                 worst = std::max(worst, std::fabs(whole[j * M + r] - sum) / size);
