@@ -26,7 +26,7 @@ class Answerer(Component):
 
     REFRESH_SECONDS = 0.1  # the shortest time between two updates of the answer on screen
     SLOWEST_REFRESH_SECONDS = 1.0  # the longest, however costly drawing is
-    SCREEN_SHARE = 0.1  # of one core, the most the screen's thread should take while an answer streams
+    SCREEN_SHARE = 0.05  # of one core, the most the screen's thread should take while an answer streams
 
     class Finished(Message):
         """An answer ended: its statistics, or an error, and the context in use afterwards."""
