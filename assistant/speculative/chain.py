@@ -92,10 +92,8 @@ class Chain:
             below = self.levels[drafter]
             drafted = self._produce(plan, at + 1, wanted, min(plan.rooms[at], room - 1))
         began = time.perf_counter()
-        if self.greedy and getattr(level.context, "chooses", False):  # the argmax made where the logits are
-            accepted, token = self._verify_choices(level.context.choose(self.sequence, base - 1), base, drafted)
-        elif self.greedy:
-            accepted, token = self._verify_greedy(level.context.evaluate(self.sequence, base - 1), base, drafted)
+        if self.greedy:
+            accepted, token = self._verify_greedy(self._row_choices(level.context, base - 1), base, drafted)
         else:
             rows = level.context.evaluate(self.sequence, base - 1)
             accepted, token = self._verify_sampled(index, below, rows, base, drafted, row)
@@ -143,22 +141,23 @@ class Chain:
         return produced
 
     # --- acceptance -------------------------------------------------------------------------------
-    def _verify_greedy(self, rows: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
-        """The longest prefix of the draft equal to this level's argmax, then its own next token."""
-        tokens = self.sequence.tokens
-        for j in range(drafted):
-            choice = int(rows[j, : self.n_shared].argmax())
-            if choice != tokens[base + j]:
-                return j, choice
-        return drafted, int(rows[drafted, : self.n_shared].argmax())
+    def _row_choices(self, context, first_output: int):
+        """``choice(j)``: the context's argmax (over the shared vocabulary) of row j of its evaluation of the
+        sequence from ``first_output``; made where the logits are when the context can (a remote target)."""
+        if getattr(context, "chooses", False):
+            choices = context.choose(self.sequence, first_output)
+            return lambda j: int(choices[j])
+        rows = context.evaluate(self.sequence, first_output)
+        return lambda j: int(rows[j, : self.n_shared].argmax())
 
-    def _verify_choices(self, choices: np.ndarray, base: int, drafted: int) -> tuple[int, int]:
-        """``_verify_greedy`` over the verifier's argmax of each row, made by the context itself."""
+    def _verify_greedy(self, choice, base: int, drafted: int) -> tuple[int, int]:
+        """The longest prefix of the draft equal to this level's argmax ``choice(j)``, then its own next token."""
         tokens = self.sequence.tokens
         for j in range(drafted):
-            if int(choices[j]) != tokens[base + j]:
-                return j, int(choices[j])
-        return drafted, int(choices[drafted])
+            chosen = choice(j)
+            if chosen != tokens[base + j]:
+                return j, chosen
+        return drafted, choice(drafted)
 
     def _verify_sampled(self, index: int, below, rows: np.ndarray, base: int, drafted: int,
                         row: int) -> tuple[int, int]:
