@@ -428,3 +428,75 @@ def test_the_remote_target_computes_with_our_kernels_bit_for_bit_as_here(bench_g
                 server.kill()
                 server.wait()
             assert there.shape == here.shape and np.array_equal(there, here) == equal, kernels
+
+
+SAMPLED = Sampling(temperature=0.9, top_k=20, top_p=0.95, seed=11)
+
+
+def counting_calls(monkeypatch, *names) -> dict:
+    """Counts the calls of RemoteContext's methods ``names`` (they still do their work)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        method = getattr(remote.RemoteContext, name)
+
+        def counted(self, *args, _name=name, _method=method):
+            calls[_name] += 1
+            return _method(self, *args)
+
+        monkeypatch.setattr(remote.RemoteContext, name, counted)
+    return calls
+
+
+def test_sampling_with_top_k_over_a_remote_target_reads_each_rows_candidates(bench_gguf, rpc_endpoint, monkeypatch):
+    """A chain (target and the small draft, a fixed draft length) sampling with top-k and a fixed seed over a
+    remote target gives the same tokens as over the local target: the server sends each verified row's top
+    candidates, from which the acceptance rule's distributions are exactly the full rows'. With no spare
+    candidate every row may miss a tie at the k-th value, so each is fetched again in full: the same tokens."""
+    from assistant.speculative import candidates
+
+    files = [bench_gguf["target_bf16"], bench_gguf["draft_bf16"]]
+    with Pipeline.load(files, n_ctx=512, draft_length=3) as local:
+        expected = local.generate(PROMPT, SAMPLED, 40).finish()
+    assert expected.stats.levels[1].accepted and expected.stats.levels[1].accepted < expected.stats.levels[1].proposed
+    calls = counting_calls(monkeypatch, "candidates", "evaluate")
+    with Pipeline.load(files, n_ctx=512, draft_length=3, target_rpc=rpc_endpoint) as chain:
+        assert chain.generate(PROMPT, SAMPLED, 40).finish().tokens == expected.tokens
+        assert calls["candidates"] >= 10 and calls["evaluate"] == 0
+        monkeypatch.setattr(candidates, "SPARE", 0)
+        calls.update(candidates=0, evaluate=0)
+        assert chain.generate(PROMPT, SAMPLED, 40).finish().tokens == expected.tokens
+        assert calls["evaluate"] == calls["candidates"] >= 10
+
+
+def test_sampling_with_top_k_brings_back_candidates_not_logits(tmp_path, rpc_endpoint, monkeypatch):
+    """A 152k-token vocabulary: sampling with top-k, the server sends each row's top_k + SPARE candidates instead
+    of the row (608 KB): the same tokens as the local target's, at least 10x fewer bytes back per round. Without
+    top-k (the default) every row still comes back whole."""
+    from assistant.bench.relay import Relay
+    from converters import convert
+    from converters.random_checkpoint import make_checkpoint
+
+    make_checkpoint(tmp_path / "hf", arch="qwen2", vocab=151936)
+    target = convert(tmp_path / "hf", outdir=tmp_path, name="wide", types=("bf16",), progress=False)["bf16"]
+    with Pipeline.load([target], n_ctx=256) as local:
+        expected = local.generate(PROMPT + " return", SAMPLED, 16).finish().tokens
+    host, port = rpc_endpoint.split(":")
+    per_round, answers = {}, {}
+    for name, chooses, sampling in (("logits", False, SAMPLED), ("candidates", True, SAMPLED),
+                                    ("no top-k", True, Sampling(temperature=0.9, seed=11))):
+        monkeypatch.setattr(remote.RemoteContext, "chooses", chooses)
+        relay = Relay((host, int(port)))
+        try:
+            with Pipeline.load([target], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
+                pipeline.generate(PROMPT, Sampling(), 1).finish()  # load and prompt
+                _, before = relay.counts()
+                calls = pipeline.levels[0].context.decode_calls
+                answers[name] = pipeline.generate(PROMPT + " return", sampling, 16).finish().tokens
+                rounds = pipeline.levels[0].context.decode_calls - calls
+                per_round[name] = (relay.counts()[1] - before) / rounds
+        finally:
+            relay.close()
+    assert answers["candidates"] == answers["logits"] == expected and len(expected) == 16
+    assert per_round["logits"] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
+    assert per_round["no top-k"] > 151936 * 4
+    assert per_round["candidates"] * 10 < per_round["logits"], per_round

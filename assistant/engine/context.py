@@ -15,6 +15,7 @@ import numpy as np
 
 from assistant.engine.backend import NativeHandle, llama
 from assistant.engine.device_argmax import DeviceArgmax
+from assistant.engine.device_top_k import DeviceTopK
 from assistant.engine.sequence import TokenSequence
 from assistant.errors import AssistantError
 
@@ -27,8 +28,9 @@ class Context(NativeHandle):
 
     def __init__(self, model, n_ctx: int = 4096, threads: int = 1, n_batch: int | None = None,
                  flash_attention: bool | None = None, min_batch: int = 1, choices_for: int | None = None):
-        """``choices_for``: make ``choose`` available, its argmax over the first ``choices_for`` logits (the
-        shared vocabulary) computed in the graph; an evaluation then outputs at most MAX_CHOICE_ROWS rows."""
+        """``choices_for``: make ``choose`` and ``candidates`` available, their argmax and top candidates over the
+        first ``choices_for`` logits (the shared vocabulary) computed in the graph; an evaluation then outputs at
+        most MAX_CHOICE_ROWS rows."""
         lib = llama()
         self.model = model
         params = lib.llama_context_default_params()
@@ -48,7 +50,9 @@ class Context(NativeHandle):
             raise AssistantError(f"{model.path}: llama.cpp could not create a context of {n_ctx} tokens")
         self.handle = handle
         self._argmax = DeviceArgmax(handle, choices_for) if choices_for else None
-        self.chooses = self._argmax is not None  # the chain may call choose() instead of evaluate()
+        self._top_k = DeviceTopK(handle, choices_for) if choices_for else None
+        self._in_graph = None  # the device sampler attached now, if any: llama.cpp holds one per sequence
+        self.chooses = self._argmax is not None  # the chain may call choose() or candidates() instead of evaluate()
         self.n_ctx = lib.llama_n_ctx(handle)
         self.n_batch = lib.llama_n_batch(handle)
         self.n_vocab = model.n_vocab
@@ -81,18 +85,34 @@ class Context(NativeHandle):
 
         The view is valid until the next call on this context.
         """
-        if self._argmax is not None:
-            self._argmax.detach()
+        self._attach(None)
         end, outputs_from = self._hold(sequence, first_output)
         return self._logits(end - outputs_from)[first_output - outputs_from :]
 
     def choose(self, sequence: TokenSequence, first_output: int) -> np.ndarray:
         """As ``evaluate``, but only the argmax of each row (over the shared vocabulary), computed where the
         logits are: what greedy verification reads, without the logits crossing to this process."""
-        if not self._argmax.attach():
+        if not self._attach(self._argmax):
             raise AssistantError(f"{self.model.path}: llama.cpp refused the argmax in its graph")
         end, _ = self._hold(sequence, first_output)
         return self._argmax.choices(end - first_output)
+
+    def candidates(self, sequence: TokenSequence, first_output: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """As ``evaluate``, but only the ``count`` largest logits of each row (over the shared vocabulary) and their
+        ids, (rows, count) each in no particular order, chosen where the logits are: what speculative sampling
+        with top-k reads (speculative/candidates.py)."""
+        self._top_k.take(count)
+        if not self._attach(self._top_k):
+            raise AssistantError(f"{self.model.path}: llama.cpp refused the top-k candidates in its graph")
+        end, _ = self._hold(sequence, first_output)
+        return self._top_k.candidates(end - first_output)
+
+    def _attach(self, sampler) -> bool:
+        """Make ``sampler`` (None: none) the device sampler in the graph, detaching the one there before."""
+        if self._in_graph is not None and self._in_graph is not sampler:
+            self._in_graph.detach()
+        self._in_graph = sampler
+        return sampler is None or sampler.attach()
 
     def _hold(self, sequence: TokenSequence, first_output: int) -> tuple[int, int]:
         """Evaluate what the cache lacks of ``sequence``; (its end, the first position that output logits)."""
@@ -201,8 +221,7 @@ class Context(NativeHandle):
 
     def close(self) -> None:
         if getattr(self, "handle", None):
-            if self._argmax is not None:
-                self._argmax.detach()
+            self._attach(None)
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self.handle)
             self.handle = None

@@ -99,7 +99,7 @@ class RemoteContext:
     """Context's surface (evaluate, behind, tokens, timings) over a model on one ggml-rpc-server, or with its
     layers split over several (``HOST:PORT[=SHARE],...``, devices.split_endpoints)."""
 
-    chooses = True  # greedy verification asks for choose(): token ids, not logits, cross the network
+    chooses = True  # verification asks for choose() or candidates(): token ids (and top logits) cross the network
 
     def __init__(self, model, endpoint: str, n_ctx: int = 4096, threads: int = 1, n_shared: int | None = None,
                  **options):
@@ -220,7 +220,15 @@ class RemoteContext:
         self._remote("choose", sequence, first_output, rows * 4)
         return self._view(np.int32, rows)
 
-    def _remote(self, request: str, sequence, first_output: int, reply_bytes: int) -> None:
+    def candidates(self, sequence, first_output: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """As ``evaluate``, but only each row's ``count`` largest logits and their ids (Context.candidates), chosen
+        on the server: 8 bytes a candidate come back instead of a row of n_vocab floats."""
+        rows = len(sequence) - first_output
+        self._remote("candidates", sequence, first_output, rows * count * 8, count)
+        packed = self._view(np.int32, rows, 2 * count)
+        return packed[:, :count], packed[:, count:].view(np.float32)
+
+    def _remote(self, request: str, sequence, first_output: int, reply_bytes: int, count: int = 0) -> None:
         tokens = sequence.tokens
         end = check_evaluation(tokens, first_output, self.n_ctx)
         if self._process is None:
@@ -228,7 +236,7 @@ class RemoteContext:
         keep = common_prefix(self.tokens, tokens)
         self._grow(reply_bytes)
         began = time.perf_counter()
-        self._to_worker.send((request, keep, tokens[keep:], first_output))
+        self._to_worker.send((request, keep, tokens[keep:], first_output, count))
         reply = self._reply(EVALUATE_SECONDS + EVALUATE_SECONDS_PER_TOKEN * (end - keep), "verifying",
                             "; the answer so far is kept, and the next answer reconnects")
         self.decode_seconds += time.perf_counter() - began
@@ -313,11 +321,15 @@ def work() -> None:
             break
         if message[0] == "close":
             break
-        request, keep, new, first_output = message
+        request, keep, new, first_output, count = message
         sequence.truncate(keep)
         sequence.extend(new)
         try:
-            result = (context.choose if request == "choose" else context.evaluate)(sequence, first_output)
+            if request == "candidates":  # ids and the logits' bits side by side, one int32 array
+                ids, logits = context.candidates(sequence, first_output, count)
+                result = np.concatenate([ids, logits.view(np.int32)], axis=1)
+            else:
+                result = (context.choose if request == "choose" else context.evaluate)(sequence, first_output)
         except AssistantError as error:
             context.reset()
             sequence = TokenSequence()

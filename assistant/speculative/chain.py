@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from assistant.speculative.candidates import CandidateRows, candidate_count
 from assistant.speculative.plan import Batch, Drafting, Plan, RoundRecord
 from assistant.speculative.probabilities import Sampler, top_probability
 
@@ -38,6 +39,7 @@ class Chain:
         self.policy = policy
         policy.begin_generation()
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
+        self._rebuilt_row = np.empty(self.n_shared, dtype=np.float32) if self.sampler else None
         rows = policy.max_length + 2
         # Prompt processing first, so the draft-length policy times steady decoding. A level with the
         # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it
@@ -95,8 +97,8 @@ class Chain:
         if self.greedy:
             accepted, token = self._verify_greedy(self._row_choices(level.context, base - 1), base, drafted)
         else:
-            rows = level.context.evaluate(self.sequence, base - 1)
-            accepted, token = self._verify_sampled(index, below, rows, base, drafted, row)
+            logits = self._row_logits(level.context, base - 1)
+            accepted, token = self._verify_sampled(index, below, logits, base, drafted, row)
         self._cut(base + accepted)
         self._append(token, index)
         exhausted = below is not None and not below.is_model and drafted < wanted  # an n-gram match ended
@@ -150,6 +152,15 @@ class Chain:
         rows = context.evaluate(self.sequence, first_output)
         return lambda j: int(rows[j, : self.n_shared].argmax())
 
+    def _row_logits(self, context, first_output: int):
+        """``logits(j)``: row j of the context's evaluation of the sequence from ``first_output``, over the shared
+        vocabulary; with top-k, rebuilt from each row's top candidates where the context chooses them where its
+        logits are (a remote target), so only those cross the network."""
+        if getattr(context, "chooses", False) and candidate_count(self.sampler):
+            return CandidateRows(context, self.sequence, first_output, self.sampler, self._rebuilt_row)
+        rows = context.evaluate(self.sequence, first_output)
+        return lambda j: rows[j, : self.n_shared]
+
     def _verify_greedy(self, choice, base: int, drafted: int) -> tuple[int, int]:
         """The longest prefix of the draft equal to this level's argmax ``choice(j)``, then its own next token."""
         tokens = self.sequence.tokens
@@ -159,21 +170,20 @@ class Chain:
                 return j, chosen
         return drafted, choice(drafted)
 
-    def _verify_sampled(self, index: int, below, rows: np.ndarray, base: int, drafted: int,
-                        row: int) -> tuple[int, int]:
-        """Speculative sampling of ``below``'s draft against this level's distribution."""
+    def _verify_sampled(self, index: int, below, logits, base: int, drafted: int, row: int) -> tuple[int, int]:
+        """Speculative sampling of ``below``'s draft against this level's distribution (``logits(j)``: row j's)."""
         level = self.levels[index]
         sampler = self.sampler
         keeps_rows = index > 0
         tokens = self.sequence.tokens
         for j in range(drafted):
-            p = sampler.probabilities(rows[j, : self.n_shared], level.probabilities[row + j] if keeps_rows else level.scratch)
+            p = sampler.probabilities(logits(j), level.probabilities[row + j] if keeps_rows else level.scratch)
             q = below.probabilities[j] if below.is_model else None
             token = tokens[base + j]
             q_token = q[token] if q is not None else 1.0
             if not self.accept(sampler.uniform(), float(p[token]), float(q_token)):
                 return j, sampler.residual_draw(p, q, token)
-        p = sampler.probabilities(rows[drafted, : self.n_shared], level.probabilities[row + drafted] if keeps_rows else level.scratch)
+        p = sampler.probabilities(logits(drafted), level.probabilities[row + drafted] if keeps_rows else level.scratch)
         return drafted, sampler.draw(p)
 
     # --- the shared sequence ----------------------------------------------------------------------
