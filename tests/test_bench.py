@@ -276,6 +276,7 @@ def test_summary_speedups_are_per_prompt_ratios_with_geomean():
     (["--prompts", "/nonexistent/prompts.jsonl"], "no such prompts file"),
     (["--pipelines", "target,warp-drive"], "unknown pipeline 'warp-drive'"),
     (["--threads", "0"], "--threads must be 1 or more"),
+    (["--remote-verify", "/nonexistent/target.gguf"], "/nonexistent/target.gguf: no such GGUF file"),
 ])
 def test_bad_options_are_one_line_errors(args, message, tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), *args]) == 1

@@ -500,3 +500,50 @@ def test_sampling_with_top_k_brings_back_candidates_not_logits(tmp_path, rpc_end
     assert per_round["logits"] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
     assert per_round["no top-k"] > 151936 * 4
     assert per_round["candidates"] * 10 < per_round["logits"], per_round
+
+
+def test_the_server_reports_each_graphs_time_and_the_bench_reads_the_verification_cost_from_it(bench_gguf, tmp_path,
+                                                                                                 monkeypatch):
+    """With ASSISTANT_RPC_TIMINGS set, our ggml-rpc-server prints one line per graph it computes (wall time, node
+    count), and none without it; `bench --remote-verify` sums them per verification: the cost of 1 and 8 tokens by
+    the server's clock, below the client's, with our kernels and stock ones there."""
+    import json
+    import re
+    import sys
+
+    from assistant.engine import Model
+    from assistant.engine.remote import RemoteContext
+    from assistant.engine.sequence import TokenSequence
+
+    path = bench_gguf["target_bf16"]
+    said = {}
+    for timed in (True, False):
+        if timed:
+            monkeypatch.setenv("ASSISTANT_RPC_TIMINGS", "1")
+        else:
+            monkeypatch.delenv("ASSISTANT_RPC_TIMINGS")
+        port = free_port()
+        with open(tmp_path / "server.log", "w") as log:
+            server = start_rpc_server(port, stderr=log)
+        try:
+            with Model(path, vocab_only=True) as vocabulary:
+                context = RemoteContext(vocabulary, f"127.0.0.1:{port}", n_ctx=256)
+                context.evaluate(TokenSequence(list(range(10, 40))), 29)
+                context.choose(TokenSequence(list(range(10, 45))), 29)
+                context.close()
+        finally:
+            server.kill()
+            server.wait()
+        said[timed] = [line for line in (tmp_path / "server.log").read_text().splitlines() if "assistant-rpc-timing" in line]
+    assert len(said[True]) >= 2 and not said[False]
+    assert all(re.fullmatch(r"assistant-rpc-timing: graph_(re)?compute \d+\.\d{3} ms [1-9]\d* nodes", line)
+               for line in said[True]), said[True]
+    done = subprocess.run([sys.executable, "-m", "assistant", "bench", "--remote-verify", str(path), "--threads", "1",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| ours |" in done.stdout and "| stock |" in done.stdout
+    result = json.loads((tmp_path / "out" / "remote-verify.json").read_text())
+    for row in result["kernels"].values():
+        for cost in row["costs"].values():
+            assert 0 < cost["server_ms"] < cost["client_ms"] and cost["graphs"] >= 1 and cost["nodes"] > 0
+        assert row["server_ratio"] > 0

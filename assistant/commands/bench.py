@@ -61,6 +61,11 @@ def add_arguments(parser):
                              "root; else on loopback) hold the default model set's target, a relay adds each "
                              "--delays round trip; the chain over it against that target alone, alternating, with "
                              "the bytes each verification round sends; writes remote.json (default 8 prompts)")
+    parser.add_argument("--remote-verify", type=Path, metavar="GGUF",
+                        help="measure a remote target's verification cost instead: GGUF on a ggml-rpc-server on "
+                             "loopback (--threads threads), verifying 8 tokens against 1 after a prompt, by the "
+                             "server's own timings (ASSISTANT_RPC_TIMINGS) and the client's, with our kernels there "
+                             "and with llama.cpp's stock ones; writes remote-verify.json")
     parser.add_argument("--delays", default="0,2,10", metavar="MS,...",
                         help="added round-trip times for --remote, in milliseconds (default 0,2,10)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
@@ -113,6 +118,8 @@ def run(args) -> int:
         return _attached(args)
     if args.remote:
         return _remote(args)
+    if args.remote_verify:
+        return _remote_verify(args)
     if args.model_set or args.workload == DEMO_WORKLOAD:
         return _model_set(args, lengths)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
@@ -244,6 +251,25 @@ def _remote(args) -> int:
     prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
     measure = lambda *rest, say: remote.measure(*rest, delays=delays, say=say)  # noqa: E731
     return _side_bench(args, "remote target", prompts, measure, "remote.json", None, remote.report)
+
+
+def _remote_verify(args) -> int:
+    """`--remote-verify GGUF`: verifying 8 tokens against 1 on a remote target, by the server's clock."""
+    import sys
+
+    from assistant.bench import remote_verify, report
+
+    if not args.remote_verify.is_file():
+        raise AssistantError(f"{args.remote_verify}: no such GGUF file")
+    machine = report.machine()
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"[bench] remote verification cost on {machine['cpu']} ({machine['kernels']}): {args.remote_verify}")
+    result = remote_verify.measure(args.remote_verify, args.threads, say=say)
+    result["machine"] = machine
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "remote-verify.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(remote_verify.report(result))
+    return 0
 
 
 def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, ratio: str | None, ratio_text,
