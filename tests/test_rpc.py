@@ -371,33 +371,45 @@ def test_a_server_of_a_split_killed_mid_answer_is_named_and_the_answer_so_far_ke
             assert 4 <= len(said) < 48 and said == whole[: len(said)]
 
 
-def test_greedy_verification_brings_back_token_ids_not_logits(tmp_path, rpc_endpoint, monkeypatch):
-    """A 152k-token vocabulary (Qwen2's): a row of logits is 608 KB. Greedy verification asks the server for each
-    row's argmax instead: the same answer, and at least 10x fewer bytes back per round."""
-    from assistant.bench.relay import Relay
+@pytest.fixture(scope="module")
+def wide_target(tmp_path_factory):
+    """A random Qwen2 target with a 152k-token vocabulary (Qwen2's): a row of logits is 608 KB."""
     from converters import convert
     from converters.random_checkpoint import make_checkpoint
 
-    make_checkpoint(tmp_path / "hf", arch="qwen2", vocab=151936)
-    target = convert(tmp_path / "hf", outdir=tmp_path, name="wide", types=("bf16",), progress=False)["bf16"]
-    host, port = rpc_endpoint.split(":")
-    per_round, answers = {}, {}
-    for chooses in (False, True):
-        monkeypatch.setattr(remote.RemoteContext, "chooses", chooses)
-        relay = Relay((host, int(port)))
-        try:
-            with Pipeline.load([target], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
-                pipeline.generate(PROMPT, Sampling(), 1).finish()  # load and prompt
-                _, before = relay.counts()
-                calls = pipeline.levels[0].context.decode_calls
-                answers[chooses] = pipeline.generate(PROMPT + " return", Sampling(), 16).finish().tokens
-                rounds = pipeline.levels[0].context.decode_calls - calls
-                per_round[chooses] = (relay.counts()[1] - before) / rounds
-        finally:
-            relay.close()
-    assert answers[True] == answers[False] and len(answers[True]) == 16
-    assert per_round[False] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
-    assert per_round[True] * 10 < per_round[False], per_round
+    directory = tmp_path_factory.mktemp("wide")
+    make_checkpoint(directory / "hf", arch="qwen2", vocab=151936)
+    return convert(directory / "hf", outdir=directory, name="wide", types=("bf16",), progress=False)["bf16"]
+
+
+def answer_and_bytes_back(target, endpoint: str, sampling, chooses: bool, monkeypatch) -> tuple[list[int], float]:
+    """A 16-token answer of ``target`` on the server at ``endpoint`` (asking it for row choices or not), and the
+    bytes that came back per verification round, through a relay that counts them."""
+    from assistant.bench.relay import Relay
+
+    monkeypatch.setattr(remote.RemoteContext, "chooses", chooses)
+    host, port = endpoint.split(":")
+    relay = Relay((host, int(port)))
+    try:
+        with Pipeline.load([target], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
+            pipeline.generate(PROMPT, Sampling(), 1).finish()  # load and prompt
+            _, before = relay.counts()
+            calls = pipeline.levels[0].context.decode_calls
+            tokens = pipeline.generate(PROMPT + " return", sampling, 16).finish().tokens
+            rounds = pipeline.levels[0].context.decode_calls - calls
+            return tokens, (relay.counts()[1] - before) / rounds
+    finally:
+        relay.close()
+
+
+def test_greedy_verification_brings_back_token_ids_not_logits(wide_target, rpc_endpoint, monkeypatch):
+    """Greedy verification asks the server for each row's argmax instead of its logits: the same answer, and at
+    least 10x fewer bytes back per round."""
+    logits, per_round_logits = answer_and_bytes_back(wide_target, rpc_endpoint, Sampling(), False, monkeypatch)
+    ids, per_round_ids = answer_and_bytes_back(wide_target, rpc_endpoint, Sampling(), True, monkeypatch)
+    assert ids == logits and len(ids) == 16
+    assert per_round_logits > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
+    assert per_round_ids * 10 < per_round_logits, (per_round_ids, per_round_logits)
 
 
 def test_the_remote_target_computes_with_our_kernels_bit_for_bit_as_here(bench_gguf, monkeypatch):
@@ -468,38 +480,20 @@ def test_sampling_with_top_k_over_a_remote_target_reads_each_rows_candidates(ben
         assert calls["evaluate"] == calls["candidates"] >= 10
 
 
-def test_sampling_with_top_k_brings_back_candidates_not_logits(tmp_path, rpc_endpoint, monkeypatch):
-    """A 152k-token vocabulary: sampling with top-k, the server sends each row's top_k + SPARE candidates instead
-    of the row (608 KB): the same tokens as the local target's, at least 10x fewer bytes back per round. Without
-    top-k (the default) every row still comes back whole."""
-    from assistant.bench.relay import Relay
-    from converters import convert
-    from converters.random_checkpoint import make_checkpoint
-
-    make_checkpoint(tmp_path / "hf", arch="qwen2", vocab=151936)
-    target = convert(tmp_path / "hf", outdir=tmp_path, name="wide", types=("bf16",), progress=False)["bf16"]
-    with Pipeline.load([target], n_ctx=256) as local:
+def test_sampling_with_top_k_brings_back_candidates_not_logits(wide_target, rpc_endpoint, monkeypatch):
+    """Sampling with top-k, the server sends each row's top_k + SPARE candidates instead of the row: the same
+    tokens as the local target's, at least 10x fewer bytes back per round. Without top-k (the default) every row
+    still comes back whole."""
+    with Pipeline.load([wide_target], n_ctx=256) as local:
         expected = local.generate(PROMPT + " return", SAMPLED, 16).finish().tokens
-    host, port = rpc_endpoint.split(":")
-    per_round, answers = {}, {}
-    for name, chooses, sampling in (("logits", False, SAMPLED), ("candidates", True, SAMPLED),
-                                    ("no top-k", True, Sampling(temperature=0.9, seed=11))):
-        monkeypatch.setattr(remote.RemoteContext, "chooses", chooses)
-        relay = Relay((host, int(port)))
-        try:
-            with Pipeline.load([target], n_ctx=256, target_rpc=relay.endpoint) as pipeline:
-                pipeline.generate(PROMPT, Sampling(), 1).finish()  # load and prompt
-                _, before = relay.counts()
-                calls = pipeline.levels[0].context.decode_calls
-                answers[name] = pipeline.generate(PROMPT + " return", sampling, 16).finish().tokens
-                rounds = pipeline.levels[0].context.decode_calls - calls
-                per_round[name] = (relay.counts()[1] - before) / rounds
-        finally:
-            relay.close()
-    assert answers["candidates"] == answers["logits"] == expected and len(expected) == 16
-    assert per_round["logits"] > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
-    assert per_round["no top-k"] > 151936 * 4
-    assert per_round["candidates"] * 10 < per_round["logits"], per_round
+    logits, per_round_logits = answer_and_bytes_back(wide_target, rpc_endpoint, SAMPLED, False, monkeypatch)
+    candidates, per_round_candidates = answer_and_bytes_back(wide_target, rpc_endpoint, SAMPLED, True, monkeypatch)
+    _, per_round_no_top_k = answer_and_bytes_back(wide_target, rpc_endpoint, Sampling(temperature=0.9, seed=11), True,
+                                                  monkeypatch)
+    assert candidates == logits == expected and len(expected) == 16
+    assert per_round_logits > 2 * 151936 * 4  # two rows of logits a round (the target evaluates two rows)
+    assert per_round_no_top_k > 151936 * 4
+    assert per_round_candidates * 10 < per_round_logits, (per_round_candidates, per_round_logits)
 
 
 def test_the_server_reports_each_graphs_time_and_the_bench_reads_the_verification_cost_from_it(bench_gguf, tmp_path,
