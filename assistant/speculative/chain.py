@@ -5,7 +5,9 @@ evaluates [last token] + draft as one batch, keeps the longest acceptable prefix
 correction (or a bonus token when all were kept). Greedy acceptance is "equals my argmax"; sampling
 acceptance is speculative sampling against the drafter's distribution, which the drafter computed while
 producing. The policy's plan says which levels take part in a target round and how much each drafts; a level
-left out catches up when it next takes part. All levels share one TokenSequence, cut back on rejection.
+left out catches up when it next takes part. A drafter the policy does not need from the first round (its
+``upfront`` levels) leaves the prompt for that catch-up too, so a level never planned never evaluates it. All
+levels share one TokenSequence, cut back on rejection.
 """
 
 from __future__ import annotations
@@ -41,15 +43,19 @@ class Chain:
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         self._rebuilt_row = np.empty(self.n_shared, dtype=np.float32) if self.sampler else None
         rows = policy.max_length + 2
-        # Prompt processing first, so the draft-length policy times steady decoding. A level with the
-        # target's attention geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it
-        # lacks only a few tokens of the prompt (a regenerated answer): a drafter may use the target's keys and
-        # values, and the prompt is not evaluated twice.
+        # The target's prompt first, and the policy's upfront levels'. A level with the target's attention
+        # geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it lacks only a few tokens
+        # of the prompt (a regenerated answer): a drafter may use the target's keys and values, the prompt is not
+        # evaluated twice, and the copy is cheap enough to make whether or not the level is planned. Any other
+        # drafter evaluates the prompt when first planned, as a catch-up the policy priced.
         target = self.levels[0].context
+        upfront = set(policy.upfront)
         for index, level in enumerate(self.levels):
             level.prepare(self.n_shared, rows, not self.greedy)
             if not level.is_model or (index and level.shares_target_cache and copying_pays(level.context, sequence)
                                       and level.context.adopt_cache(target)):
+                continue
+            if index and index not in upfront:
                 continue
             context = level.context  # its logits are not read here: a remote target sends a token id instead
             (context.choose if getattr(context, "chooses", False) else context.evaluate)(sequence, len(sequence) - 1)
@@ -58,9 +64,10 @@ class Chain:
     def step(self, limit: int) -> list[tuple[int, int]]:
         """One verification by the target: 1..k+1 new tokens as (token, proposing level), at most ``limit``."""
         base = len(self.sequence)
-        plan = self.policy.plan([self._behind(level) for level in self.levels])
+        room = max(1, min(limit, self.n_ctx - base))
+        plan = self.policy.plan([self._behind(level) for level in self.levels], room)
         self.record = RoundRecord()
-        self._verify(plan, 0, max(1, min(limit, self.n_ctx - base)), 0)
+        self._verify(plan, 0, room, 0)
         self.policy.record(self.record)
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
@@ -86,6 +93,8 @@ class Chain:
         """
         index = plan.shape[at]
         level, drafter, below = self.levels[index], None, None
+        if at and self._behind(level) > self.policy.max_length + 1:
+            self._catch_up(index)  # apart from its verification, whose cost the policy learns per batch size
         base = len(self.sequence)
         wanted = min(plan.lengths[at], room - 1) if at + 1 < len(plan.shape) else 0
         drafted = 0
@@ -108,6 +117,14 @@ class Chain:
             below.stats.proposed += drafted
             below.stats.accepted += accepted
             below.rounds += 1 if drafted else 0
+
+    def _catch_up(self, index: int) -> None:
+        """The level at ``index`` evaluates what it lacks of the sequence (a deferred prompt, rounds it sat out),
+        recorded as a batch of its own."""
+        context = self.levels[index].context
+        began = time.perf_counter()
+        context.evaluate(self.sequence, len(self.sequence) - 1)
+        self.record.batches.append(Batch(index, context.last_batch, time.perf_counter() - began))
 
     def _draft_alone(self, index: int, count: int, stop_below: float) -> int:
         """``count`` tokens (fewer under ``stop_below``) from the lowest level of the shape, one at a time."""

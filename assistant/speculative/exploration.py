@@ -1,8 +1,16 @@
-"""Which shape the adaptive policy runs next: the best predicted one, unless another is due to be measured.
+"""Which shape the adaptive policy runs next: the fastest over the rest of the answer, unless another is due
+to be measured.
+
+A shape whose levels missed tokens (rounds they sat out, or the whole prompt of a drafter that has not run in
+this generation: its prompt is evaluated only when first planned) must first catch up. The best shape is the
+least predicted time for the rest of the answer, that catch-up included: seconds per token plus the catch-up
+spread over the tokens the answer is expected to still run (a typical answer's length, at most what its limit
+leaves). So a drafter joins late in an answer, or on a long prompt, only where it repays its catch-up.
 
 Predictions rest on measurements, and a shape never re-run is never re-measured, so three rules run a
-shape other than the best, each only while its levels can catch up on the tokens they missed for at most
-the price of CATCH_UP_BUDGET tokens of the target alone:
+shape other than the best, each only while its levels can catch up for at most the price of CATCH_UP_BUDGET
+tokens of the target alone plus MEASURE_SHARE of the rest of the answer's predicted time (a longer answer has
+more to gain from what a measurement finds):
 - untried: a shape with a pair that never ran is run once while predicted at most UNTRIED_LIMIT times slower
   than the best (its prediction rests on the steps between, and one bad early reading can sink it);
 - probes: acceptance differs from answer to answer far more than the last answer's small prior weight
@@ -20,6 +28,7 @@ from collections import Counter
 EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast as the best (times r^3)
 EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
 CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
+MEASURE_SHARE = 0.05  # and this share of the rest of the answer's predicted time, when its length is known
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
 UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
 PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
@@ -41,22 +50,34 @@ class Explorer:
     def begin_generation(self) -> None:
         self.used.clear()
 
-    def next_shape(self, predicted: dict[tuple, float] | None, behind: list[int], model) -> tuple:
+    def next_shape(self, predicted: dict[tuple, float] | None, behind: list[int], model,
+                   remaining: int | None = None) -> tuple:
         """The shape of the next target round; ``predicted`` None (a level not measured yet) runs them all.
-        ``behind[i]``: tokens level i lacks; ``model``: the cost model that prices their catching up."""
+        ``behind[i]``: tokens level i lacks; ``model``: the cost model that prices their catching up;
+        ``remaining``: the tokens the answer is expected to still run (None: unknown, catch-ups then weigh
+        only against CATCH_UP_BUDGET)."""
         self.rounds += 1
-        shape = self.full if predicted is None else self._choose(predicted, behind, model)
+        shape = self.full if predicted is None else self._choose(predicted, behind, model, remaining)
         self.shape = shape
         self.last_run[shape] = self.rounds
         self.used[shape] += 1
         return shape
 
-    def _choose(self, predicted: dict[tuple, float], behind: list[int], model) -> tuple:
-        """The best predicted shape, a shape due for re-measurement, or (to spare a catch-up) the current one."""
-        def in_step(shape) -> bool:
-            return model.catch_up_seconds(shape, behind) <= CATCH_UP_BUDGET * model.alone_seconds(0)
-
+    def _choose(self, predicted: dict[tuple, float], behind: list[int], model, remaining: int | None) -> tuple:
+        """The best shape over the rest of the answer, a shape due for re-measurement, or (to spare a catch-up)
+        the current one."""
+        catch_up = {shape: model.catch_up_seconds(shape, behind) for shape in predicted}
         ranked = sorted(predicted, key=predicted.get)
+        budget = CATCH_UP_BUDGET * model.alone_seconds(0)
+        if remaining:
+            budget += MEASURE_SHARE * remaining * predicted[ranked[0]]
+
+        def in_step(shape) -> bool:
+            return catch_up[shape] <= budget
+
+        def per_token(shape) -> float:  # over the rest of the answer, catching up included
+            return predicted[shape] + catch_up[shape] / remaining if remaining else predicted[shape]
+
         for shape in ranked:
             if predicted[shape] > UNTRIED_LIMIT * predicted[ranked[0]]:
                 break
@@ -68,9 +89,9 @@ class Explorer:
                 break
             if not covered.issuperset(zip(shape, shape[1:])) and in_step(shape):
                 return shape
-        best = ranked[0]
+        best = min(ranked, key=per_token)
         if (not in_step(best) and self.shape in predicted
-                and predicted[best] > (1 - SWITCH_MARGIN) * predicted[self.shape]):
+                and per_token(best) > (1 - SWITCH_MARGIN) * per_token(self.shape)):
             best = self.shape
         for shape in ranked[1:]:
             ratio = predicted[shape] / predicted[ranked[0]]

@@ -113,3 +113,27 @@ class Supply:
         if not total:
             return [0.0] * most + [1.0]
         return [share / total for share in shares]
+
+
+class AnswerLength:
+    """How many tokens a generation produces, for pricing a catch-up against the rest of an answer.
+
+    A generation stopped by its token limit says only that answers run at least that long: it can raise the
+    estimate, never lower it (a short warm-up, or a small ``max_tokens``, must not make every later answer look
+    short).
+    """
+
+    def __init__(self, decay: float):
+        self.rate = Rate(decay)
+
+    def add(self, tokens: int, cut: bool) -> None:
+        if not cut or (self.rate.known and tokens > self.rate.value()):
+            self.rate.add(tokens, 1.0)
+
+    def expected(self, limit: int | None) -> int | None:
+        """Tokens the rest of this answer is taken to run: a typical answer's length, at most ``limit``; None
+        when neither is known."""
+        typical = round(self.rate.value()) if self.rate.known else None
+        if limit is None:
+            return typical
+        return limit if typical is None else max(1, min(limit, typical))

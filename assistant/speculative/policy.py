@@ -1,13 +1,18 @@
 """Draft-length policies: before each verification by the target, one plan (plan.py); after it, one record.
 
 ``ConstantLength(k)`` is the paper's setting: every level, k drafts each. ``AdaptivePolicy`` runs the shape
-its cost model predicts fastest (prediction.py), or one due to be measured again (exploration.py), with the
-draft lengths the prediction chose.
+its cost model predicts fastest over the rest of the answer, catch-ups included (prediction.py), or one due to
+be measured again (exploration.py), with the draft lengths the prediction chose.
+
+``upfront``: the levels whose prompt the chain evaluates before the first round. A fixed pipeline runs all of
+its levels from the first round on; the adaptive policy only the target, so a drafter it never plans never
+evaluates the prompt, and one it plans catches up on the prompt then, at a price the policy weighed.
 """
 
 from __future__ import annotations
 
 from assistant.speculative.exploration import Explorer
+from assistant.speculative.measurements import AnswerLength
 from assistant.speculative.plan import Plan, RoundRecord
 from assistant.speculative.prediction import MAX_DRAFT, CostModel
 
@@ -31,10 +36,14 @@ class ConstantLength:
         self.shape = shape or (tuple(range(n_levels)) if self.length else (0,))
         self.rounds = 0
 
+    @property
+    def upfront(self) -> tuple[int, ...]:
+        return self.shape
+
     def begin_generation(self) -> None:
         self.rounds = 0
 
-    def plan(self, behind: list[int]) -> Plan:
+    def plan(self, behind: list[int], remaining: int | None = None) -> Plan:
         self.rounds += 1
         drafts = (self.length,) * (len(self.shape) - 1)
         return Plan(self.shape, drafts, drafts, self.confidence)
@@ -59,17 +68,30 @@ class AdaptivePolicy:
         self.start_length = start_length  # while some level is not measured yet
         self.confidence = confidence
         self.predicted: dict[tuple, float] = {}  # seconds per target token of every shape, at the last plan
+        self.lengths = AnswerLength(decay)
+        self.produced = 0  # target tokens of this generation so far
+        self.limit = None  # the most this generation may produce, as the last plan was told
+
+    upfront = (0,)
 
     def begin_generation(self) -> None:
+        if self.produced:
+            self.lengths.add(self.produced, cut=self.limit is not None and self.produced >= self.limit)
+        self.produced, self.limit = 0, None
         self.model.begin_generation()
         self.explorer.begin_generation()
 
-    def plan(self, behind: list[int]) -> Plan:
-        """``behind[i]``: tokens level i has not evaluated yet (what re-joining a shape costs it)."""
+    def plan(self, behind: list[int], remaining: int | None = None) -> Plan:
+        """``behind[i]``: tokens level i has not evaluated yet (what re-joining a shape costs it, its deferred
+        prompt included); ``remaining``: the most tokens this generation may still produce (None: no limit
+        known)."""
+        if remaining is not None:
+            self.limit = self.produced + remaining
         predictions = self.model.predictions(self.explorer.shapes)
         if predictions is not None:
             self.predicted = {shape: seconds for shape, (seconds, _) in predictions.items()}
-        shape = self.explorer.next_shape(None if predictions is None else self.predicted, behind, self.model)
+        shape = self.explorer.next_shape(None if predictions is None else self.predicted, behind, self.model,
+                                         self.lengths.expected(remaining))
         chosen = predictions[shape][1] if predictions is not None else {}
         lengths = tuple(chosen.get(level, self.start_length) for level in shape[:-1])
         rooms = tuple(self.model.room(level, length) for level, length in zip(shape, lengths))
@@ -77,6 +99,7 @@ class AdaptivePolicy:
         return Plan(shape, lengths, rooms, stop_below)
 
     def record(self, record: RoundRecord) -> None:
+        self.produced += sum(batch.accepted + 1 for batch in record.batches if batch.level == 0)  # one per round
         self.model.learn(record)
         self.explorer.tried.update((batch.level, batch.drafter) for batch in record.batches
                                    if batch.drafter is not None)

@@ -11,6 +11,10 @@ A *limited* drafter (the n-gram level) proposes only what its match holds, often
 are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
 they waste and its long copied runs earn what they yield, instead of bending the acceptance.
 
+A batch longer than any verification is a level catching up on tokens it missed (a deferred prompt, or
+rounds it sat out): it goes to that level's catch-up rate, not to its batch costs, so that pricing a shape's
+catch-up uses what catching up really cost, and a prompt-sized batch never stands in for a verification.
+
 Costs describe the machine, so they persist between generations; acceptance describes the text, so each
 generation starts from the previous one's ratios at a small weight.
 """
@@ -36,6 +40,7 @@ class CostModel:
         self.max_length = max_length
         self.cost = [BatchCost() for _ in range(n_levels)]  # evaluating and judging a batch, per level
         self.drafting = [Rate(decay) for _ in range(n_levels)]  # seconds per token when drafting alone
+        self.catching = [Rate(decay) for _ in range(n_levels)]  # seconds per token of batches past a verification
         self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
         self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
 
@@ -52,6 +57,9 @@ class CostModel:
         instead, and a request it could not fill counts as a rejection where its match ran out.
         """
         for batch in record.batches:
+            if batch.drafter is None and batch.size > self.max_length + 1:
+                self.catching[batch.level].add(batch.seconds, batch.size)
+                continue
             self.cost[batch.level].add(batch.size, batch.seconds)
             if batch.drafter is None:
                 continue
@@ -87,10 +95,18 @@ class CostModel:
         return min(confidence, STOP_SCALE * rate.value() / cost.seconds(1))
 
     def catch_up_seconds(self, shape, behind: list[int]) -> float:
-        """What the levels of ``shape`` spend evaluating the tokens they missed, each in one batch at the
-        cheapest rate per token it has measured (a longer batch is no dearer per token on our kernels)."""
-        return sum(behind[level] * self.cost[level].cheapest_per_token()
-                   for level in shape[1:] if behind[level] > 1 and self.cost[level].known)
+        """What the levels of ``shape`` spend evaluating the tokens they missed (a drafter's deferred prompt
+        included), each in one batch at its catch-up rate; a level not measured yet counts nothing (the policy
+        runs every level before it predicts any shape)."""
+        return sum(behind[level] * self.catch_up_rate(level) for level in shape[1:] if behind[level] > 1)
+
+    def catch_up_rate(self, level: int) -> float:
+        """Seconds per token of a long batch: the least of the level's measured catch-ups and of its batches'
+        cheapest rate per token (a longer batch is no dearer per token on our kernels, so this errs high)."""
+        rates = [self.cost[level].cheapest_per_token()] if self.cost[level].known else []
+        if self.catching[level].known:
+            rates.append(self.catching[level].value())
+        return min(rates, default=0.0)
 
     # --- predictions ------------------------------------------------------------------------------
     def acceptance(self, level: int, drafter: int) -> float:

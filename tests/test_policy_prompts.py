@@ -1,0 +1,135 @@
+"""Prompts on the policy's simulated machine: the target evaluates the prompt before the first round, a
+drafter only when a round first plans it (as a catch-up the policy priced), and whole requests are timed,
+prompt included. A level the policy leaves out must cost nothing, and one that repays its prompt must run."""
+
+import pytest
+
+from assistant.speculative.plan import Batch, RoundRecord
+from assistant.speculative.policy import AdaptivePolicy
+from tests.test_policy import FAST_MXFP4, GOOD, NGRAM, SCALAR_MXFP4, SMALL, TARGET, Machine, fixed_pipelines
+
+# Seconds per prompt token in one long batch: a prompt is compute-bound, far cheaper per token than decoding.
+PROMPT_RATE = {TARGET: 0.005, FAST_MXFP4: 0.0015, SCALAR_MXFP4: 0.5, SMALL: 0.0004}
+
+
+class PromptMachine(Machine):
+    """``Machine`` with a prompt of ``prompt`` tokens per generation. The target and the policy's ``upfront``
+    levels evaluate it before the first round; any other model level catches up on what it lacks (the prompt,
+    then rounds it sat out) when a round plans it, recorded as a batch of its own as chain.py records it."""
+
+    def __init__(self, cost, acceptance, prompt: int, seed=0, proposes=None):
+        super().__init__(cost, acceptance, seed, proposes)
+        self.prompt = prompt
+        self.models = [index for index, level_cost in enumerate(cost) if level_cost is not NGRAM]
+        self.caught_up = [0] * len(cost)  # tokens each level evaluated catching up, prompts included
+
+    def generate(self, policy, generations=6, tokens=128) -> float:
+        """Seconds per new token over whole requests (the prompt included)."""
+        began = self.clock
+        for _ in range(generations):
+            policy.begin_generation()
+            self.position = self.prompt
+            self.held = {level: 0 for level in self.models}
+            for level in set(policy.upfront) & set(self.models):
+                self._evaluate(level, self.prompt, None)
+            made = 0
+            while made < tokens:
+                behind = [self.position - self.held[level] if level in self.held else 0 for level in range(len(self.cost))]
+                plan = policy.plan(behind, tokens - made)
+                record = RoundRecord()
+                for level in plan.shape[1:]:
+                    if behind[level] > 1:
+                        self._evaluate(level, behind[level], record)
+                made_now = self.verify(plan, 0, tokens - made, record)
+                policy.record(record)
+                made += made_now
+                self.position += made_now
+                for level in plan.shape:
+                    if level in self.held:
+                        self.held[level] = self.position
+        return (self.clock - began) / (generations * tokens)
+
+    def _evaluate(self, level: int, count: int, record) -> None:
+        seconds = count * PROMPT_RATE[self.cost[level]]
+        self.clock += seconds
+        self.held[level] = self.position
+        if level:
+            self.caught_up[level] += count
+        if record is not None:
+            record.batches.append(Batch(level, count, seconds))
+
+
+class Eager(AdaptivePolicy):
+    """The adaptive policy as it was: every drafter evaluated the prompt before the first round."""
+
+    @property
+    def upfront(self):
+        return tuple(range(self.n_levels))
+
+
+def whole_requests(cost, acceptance, prompt, tokens=128, generations=8):
+    """Seconds per new token, prompts included, of the adaptive policy, the eager one and each fixed pipeline
+    (whose levels all take part from the first round, so all evaluate the prompt first), after one warm-up
+    answer each; and the adaptive machine."""
+    def run(policy):
+        machine = PromptMachine(cost, acceptance, prompt)
+        machine.generate(policy, generations=1, tokens=tokens)
+        return machine.generate(policy, generations=generations, tokens=tokens), machine
+
+    adaptive, machine = run(AdaptivePolicy(len(cost)))
+    eager, _ = run(Eager(len(cost)))
+    fixed = {shape: run(policy)[0] for shape, policy in fixed_pipelines(len(cost)).items()}
+    return adaptive, eager, fixed, machine
+
+
+def test_a_slow_level_left_out_never_evaluates_the_prompt():
+    """The MXFP4 level on its scalar path, here without the target's cache to copy (a remote target): once it
+    is measured, no later answer evaluates a single prompt token at that level, and whole requests come within
+    5% of the best fixed pipeline. Evaluated up front as before, its prompt alone cost more than the answer."""
+    cost = [TARGET, SCALAR_MXFP4, SMALL, NGRAM]
+    adaptive, eager, fixed, machine = whole_requests(cost, GOOD, prompt=300)
+    assert machine.caught_up[1] <= 300  # the warm-up's first round, which measures every level
+    assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
+    assert eager > 2 * min(fixed.values()), (eager, fixed)
+
+
+@pytest.mark.parametrize("prompt", [300, 2000])
+def test_drafters_that_repay_their_prompt_still_run(prompt):
+    """Three levels that all pay: whole requests within 5% of the best fixed pipeline, with the small draft in
+    most rounds (it evaluates each prompt once, then keeps up)."""
+    cost = [TARGET, FAST_MXFP4, SMALL, NGRAM]
+    adaptive, _, fixed, machine = whole_requests(cost, GOOD, prompt)
+    assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
+    assert machine.caught_up[2] >= 8 * prompt
+
+
+def rounds_with(level: int, cost, prompt: int, tokens: int) -> tuple[int, float, float]:
+    """Rounds with ``level`` over eight answers of ``tokens`` after a warm-up of 128, and the seconds per
+    token of the adaptive policy and of the target alone, prompts included."""
+    policy = AdaptivePolicy(len(cost))
+    machine = PromptMachine(cost, GOOD, prompt)
+    machine.generate(policy, generations=1, tokens=128)
+    used = 0
+    seconds = 0.0
+    for _ in range(8):
+        seconds += machine.generate(policy, generations=1, tokens=tokens)
+        used += sum(rounds for shape, rounds in policy.explorer.used.items() if level in shape)
+    alone = PromptMachine(cost, GOOD, prompt).generate(fixed_pipelines(len(cost))[(0,)], generations=1, tokens=tokens)
+    return used, seconds / 8, alone
+
+
+def test_a_drafter_whose_prompt_a_short_answer_cannot_repay_is_left_out(monkeypatch):
+    """A 20,000-token prompt costs the small draft 8 s: more than it saves over a 32-token answer (about 1.2 s),
+    less than over 2,000 tokens. The policy weighs the catch-up against the rest of the answer either way;
+    ranking shapes by their speed alone, it paid the 8 s on every short answer."""
+    from assistant.speculative.exploration import Explorer
+
+    cost = [TARGET, SMALL, NGRAM]
+    short, seconds, alone = rounds_with(1, cost, prompt=20000, tokens=32)
+    assert short == 0 and seconds <= alone * 1.01, (short, seconds, alone)
+    long, _, _ = rounds_with(1, cost, prompt=20000, tokens=2000)
+    assert long >= 8 * 100, long
+    next_shape = Explorer.next_shape
+    monkeypatch.setattr(Explorer, "next_shape", lambda self, predicted, behind, model, remaining=None:
+                        next_shape(self, predicted, behind, model, None))
+    assert rounds_with(1, cost, prompt=20000, tokens=32)[1] > alone * 1.05
