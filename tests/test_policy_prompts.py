@@ -6,7 +6,8 @@ import pytest
 
 from assistant.speculative.plan import Batch, RoundRecord
 from assistant.speculative.policy import AdaptivePolicy
-from tests.test_policy import FAST_MXFP4, GOOD, NGRAM, SCALAR_MXFP4, SMALL, TARGET, Machine, fixed_pipelines
+from tests.test_policy import (FAST_MXFP4, GOOD, NGRAM, SCALAR_MXFP4, SCENARIOS, SMALL, TARGET, Machine,
+                               fixed_pipelines)
 
 # Seconds per prompt token in one long batch: a prompt is compute-bound, far cheaper per token than decoding.
 PROMPT_RATE = {TARGET: 0.005, FAST_MXFP4: 0.0015, SCALAR_MXFP4: 0.5, SMALL: 0.0004}
@@ -91,6 +92,17 @@ def test_a_slow_level_left_out_never_evaluates_the_prompt():
     assert machine.caught_up[1] <= 300  # the warm-up's first round, which measures every level
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
     assert eager > 2 * min(fixed.values()), (eager, fixed)
+
+
+@pytest.mark.parametrize("scenario", [name for name, (cost, _) in SCENARIOS.items()
+                                      if all(level in PROMPT_RATE or level is NGRAM for level in cost)])
+@pytest.mark.parametrize("prompt,tokens", [(100, 32), (1000, 128), (5000, 32), (5000, 512)])
+def test_whole_requests_within_five_percent_of_the_best_fixed_pipeline(scenario, prompt, tokens):
+    """Short and long prompts, short and long answers: the adaptive policy, paying only the prompts of the
+    levels it plans, against fixed pipelines that pay every level's."""
+    cost, acceptance = SCENARIOS[scenario]
+    adaptive, _, fixed, _ = whole_requests(cost, acceptance, prompt, tokens, generations=6)
+    assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
 
 
 @pytest.mark.parametrize("prompt", [300, 2000])

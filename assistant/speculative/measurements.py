@@ -131,8 +131,9 @@ class AnswerLength:
             self.rate.add(tokens, 1.0)
 
     def expected(self, limit: int | None) -> int | None:
-        """Tokens the rest of this answer is taken to run: a typical answer's length, at most ``limit``; None
-        when neither is known."""
+        """Tokens the rest of this answer is taken to run: a typical answer's length (not less what it has
+        produced: an answer that has run long is no likelier to end soon), at most ``limit``; None when neither
+        is known."""
         typical = round(self.rate.value()) if self.rate.known else None
         if limit is None:
             return typical
