@@ -4,6 +4,7 @@ prompt included. A level the policy leaves out must cost nothing, and one that r
 
 import pytest
 
+from assistant.speculative.chain import PROMPT_SLICE
 from assistant.speculative.plan import Batch, RoundRecord
 from assistant.speculative.policy import AdaptivePolicy
 from tests.test_policy import (FAST_MXFP4, GOOD, NGRAM, SCALAR_MXFP4, SCENARIOS, SMALL, TARGET, Machine,
@@ -15,8 +16,9 @@ PROMPT_RATE = {TARGET: 0.005, FAST_MXFP4: 0.0015, SCALAR_MXFP4: 0.5, SMALL: 0.00
 
 class PromptMachine(Machine):
     """``Machine`` with a prompt of ``prompt`` tokens per generation. The target and the policy's ``upfront``
-    levels evaluate it before the first round; any other model level catches up on what it lacks (the prompt,
-    then rounds it sat out) when a round plans it, recorded as a batch of its own as chain.py records it."""
+    levels evaluate it before the first round, a level the policy wants a prompt rate for its first slice; any
+    other model level catches up on what it lacks (the prompt, then rounds it sat out) when a round plans it,
+    recorded as a batch of its own, as chain.py does."""
 
     def __init__(self, cost, acceptance, prompt: int, seed=0, proposes=None):
         super().__init__(cost, acceptance, seed, proposes)
@@ -31,8 +33,13 @@ class PromptMachine(Machine):
             policy.begin_generation()
             self.position = self.prompt
             self.held = {level: 0 for level in self.models}
-            for level in set(policy.upfront) & set(self.models):
-                self._evaluate(level, self.prompt, None)
+            timed = RoundRecord()
+            for level in self.models:
+                if level == 0 or level in policy.upfront:
+                    self._evaluate(level, self.prompt, None)
+                elif policy.wants_rate(level) and self.prompt > 2 * PROMPT_SLICE:
+                    self._evaluate(level, PROMPT_SLICE, timed)
+            policy.record(timed)
             made = 0
             while made < tokens:
                 behind = [self.position - self.held[level] if level in self.held else 0 for level in range(len(self.cost))]
@@ -53,7 +60,7 @@ class PromptMachine(Machine):
     def _evaluate(self, level: int, count: int, record) -> None:
         seconds = count * PROMPT_RATE[self.cost[level]]
         self.clock += seconds
-        self.held[level] = self.position
+        self.held[level] += count
         if level:
             self.caught_up[level] += count
         if record is not None:
@@ -84,12 +91,13 @@ def whole_requests(cost, acceptance, prompt, tokens=128, generations=8):
 
 
 def test_a_slow_level_left_out_never_evaluates_the_prompt():
-    """The MXFP4 level on its scalar path, here without the target's cache to copy (a remote target): once it
-    is measured, no later answer evaluates a single prompt token at that level, and whole requests come within
-    5% of the best fixed pipeline. Evaluated up front as before, its prompt alone cost more than the answer."""
+    """The MXFP4 level on its scalar path, here without the target's cache to copy (a remote target): it times
+    one slice of the first prompt, is found unable to repay the rest, and never evaluates another prompt
+    token; whole requests come within 5% of the best fixed pipeline. Evaluated up front as before, its prompt
+    alone cost more than the answer."""
     cost = [TARGET, SCALAR_MXFP4, SMALL, NGRAM]
     adaptive, eager, fixed, machine = whole_requests(cost, GOOD, prompt=300)
-    assert machine.caught_up[1] <= 300  # the warm-up's first round, which measures every level
+    assert machine.caught_up[1] == PROMPT_SLICE
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
     assert eager > 2 * min(fixed.values()), (eager, fixed)
 
@@ -105,43 +113,55 @@ def test_whole_requests_within_five_percent_of_the_best_fixed_pipeline(scenario,
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
 
 
-@pytest.mark.parametrize("prompt", [300, 2000])
-def test_drafters_that_repay_their_prompt_still_run(prompt):
-    """Three levels that all pay: whole requests within 5% of the best fixed pipeline, with the small draft in
-    most rounds (it evaluates each prompt once, then keeps up)."""
+@pytest.mark.parametrize("prompt,tokens", [(300, 128), (2000, 512)])
+def test_drafters_that_repay_their_prompt_still_run(prompt, tokens):
+    """Three levels that all pay: whole requests within 5% of the best fixed pipeline, and the small draft
+    evaluates every answer's prompt, in the rounds that plan it."""
     cost = [TARGET, FAST_MXFP4, SMALL, NGRAM]
-    adaptive, _, fixed, machine = whole_requests(cost, GOOD, prompt)
+    adaptive, _, fixed, machine = whole_requests(cost, GOOD, prompt, tokens)
     assert adaptive <= min(fixed.values()) / 0.95, (adaptive, fixed)
-    assert machine.caught_up[2] >= 8 * prompt
+    assert machine.caught_up[2] >= 8 * prompt, machine.caught_up
 
 
-def rounds_with(level: int, cost, prompt: int, tokens: int) -> tuple[int, float, float]:
-    """Rounds with ``level`` over eight answers of ``tokens`` after a warm-up of 128, and the seconds per
-    token of the adaptive policy and of the target alone, prompts included."""
+def rounds_with(level: int, cost, prompt: int, tokens: int, warm_up: int = 2000) -> tuple[int, float, float, list]:
+    """Rounds with ``level`` over eight answers of ``tokens`` after a warm-up answer of ``warm_up``, the
+    seconds per token of the adaptive policy and of the target alone, prompts included, and the tokens each
+    level caught up on."""
     policy = AdaptivePolicy(len(cost))
     machine = PromptMachine(cost, GOOD, prompt)
-    machine.generate(policy, generations=1, tokens=128)
+    machine.generate(policy, generations=1, tokens=warm_up)
     used = 0
     seconds = 0.0
     for _ in range(8):
         seconds += machine.generate(policy, generations=1, tokens=tokens)
         used += sum(rounds for shape, rounds in policy.explorer.used.items() if level in shape)
     alone = PromptMachine(cost, GOOD, prompt).generate(fixed_pipelines(len(cost))[(0,)], generations=1, tokens=tokens)
-    return used, seconds / 8, alone
+    return used, seconds / 8, alone, machine.caught_up
 
 
 def test_a_drafter_whose_prompt_a_short_answer_cannot_repay_is_left_out(monkeypatch):
     """A 20,000-token prompt costs the small draft 8 s: more than it saves over a 32-token answer (about 1.2 s),
     less than over 2,000 tokens. The policy weighs the catch-up against the rest of the answer either way;
-    ranking shapes by their speed alone, it paid the 8 s on every short answer."""
+    ranking shapes by their speed alone, it paid the 8 s on short answers."""
     from assistant.speculative.exploration import Explorer
 
     cost = [TARGET, SMALL, NGRAM]
-    short, seconds, alone = rounds_with(1, cost, prompt=20000, tokens=32)
+    short, seconds, alone, _ = rounds_with(1, cost, prompt=20000, tokens=32)
     assert short == 0 and seconds <= alone * 1.01, (short, seconds, alone)
-    long, _, _ = rounds_with(1, cost, prompt=20000, tokens=2000)
+    long, _, _, _ = rounds_with(1, cost, prompt=20000, tokens=2000)
     assert long >= 8 * 100, long
     next_shape = Explorer.next_shape
-    monkeypatch.setattr(Explorer, "next_shape", lambda self, predicted, behind, model, remaining=None:
-                        next_shape(self, predicted, behind, model, None))
-    assert rounds_with(1, cost, prompt=20000, tokens=32)[1] > alone * 1.05
+    monkeypatch.setattr(Explorer, "next_shape", lambda self, predicted, behind, model, remaining=None, usable=None:
+                        next_shape(self, predicted, behind, model, None, usable))
+    assert rounds_with(1, cost, prompt=20000, tokens=32)[0] > 8
+
+
+def test_a_level_never_run_waits_for_an_answer_long_enough_to_repay_its_prompt():
+    """A fresh pipeline: the small draft times a slice of the 20,000-token prompt before the first round, and
+    is not run over 128-token answers (its 8 s could at best save half of their 6.4 s at the target alone);
+    the first 2,000-token answer runs it. Without the slice, the first round paid the whole prompt."""
+    cost = [TARGET, SMALL, NGRAM]
+    short, _, _, caught_up = rounds_with(1, cost, prompt=20000, tokens=128, warm_up=128)
+    assert short == 0 and caught_up[1] == PROMPT_SLICE, (short, caught_up)
+    long, _, _, caught_up = rounds_with(1, cost, prompt=20000, tokens=2000, warm_up=128)
+    assert long >= 8 * 100 and caught_up[1] >= 8 * 20000, (long, caught_up)

@@ -43,6 +43,7 @@ class Chain:
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
         self._rebuilt_row = np.empty(self.n_shared, dtype=np.float32) if self.sampler else None
         rows = policy.max_length + 2
+        self.record = RoundRecord()
         # The target's prompt first, and the policy's upfront levels'. A level with the target's attention
         # geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it lacks only a few tokens
         # of the prompt (a regenerated answer): a drafter may use the target's keys and values, the prompt is not
@@ -56,9 +57,13 @@ class Chain:
                                       and level.context.adopt_cache(target)):
                 continue
             if index and index not in upfront:
+                if policy.wants_rate(index) and level.context.behind(sequence) > 2 * PROMPT_SLICE:
+                    self._time_slice(index, sequence)
                 continue
             context = level.context  # its logits are not read here: a remote target sends a token id instead
             (context.choose if getattr(context, "chooses", False) else context.evaluate)(sequence, len(sequence) - 1)
+        if self.record.batches:
+            policy.record(self.record)
 
     # --- the nested loop --------------------------------------------------------------------------
     def step(self, limit: int) -> list[tuple[int, int]]:
@@ -117,6 +122,15 @@ class Chain:
             below.stats.proposed += drafted
             below.stats.accepted += accepted
             below.rounds += 1 if drafted else 0
+
+    def _time_slice(self, index: int, sequence) -> None:
+        """The first PROMPT_SLICE tokens of the prompt at a level the policy has no prompt rate for: part of its
+        catch-up should it be planned, and what the policy prices the rest of that catch-up by."""
+        context = self.levels[index].context
+        began = time.perf_counter()
+        context.evaluate(type(sequence)(sequence.tokens[:PROMPT_SLICE]), PROMPT_SLICE - 1)
+        if context.last_batch > self.policy.max_length + 1:  # not a cache that held most of the slice already
+            self.record.batches.append(Batch(index, context.last_batch, time.perf_counter() - began))
 
     def _catch_up(self, index: int) -> None:
         """The level at ``index`` evaluates what it lacks of the sequence (a deferred prompt, rounds it sat out),
@@ -216,6 +230,10 @@ class Chain:
         self.sequence.truncate(length)
         del self.origins[length:]
 
+
+# Prompt tokens a drafter with no measured prompt rate evaluates before the first round, to be timed: longer
+# than any verification (so the policy takes it as a catch-up), short beside a prompt worth deferring.
+PROMPT_SLICE = 32
 
 # Tokens of cache copied in the time a drafter evaluates one prompt token, about the least of the real models
 # measured (docs/ARCHITECTURE.md, "Kept between turns"); a larger model evaluates a token dearer against its

@@ -7,6 +7,13 @@ least predicted time for the rest of the answer, that catch-up included: seconds
 spread over the tokens the answer is expected to still run (a typical answer's length, at most what its limit
 leaves). So a drafter joins late in an answer, or on a long prompt, only where it repays its catch-up.
 
+A level that has never taken part in a round cannot be predicted. While some can take part, the policy runs
+them all (with the levels already measured) to measure them; a never-run level whose prompt catch-up, priced at
+the rate of the slice of the prompt it evaluated before the first round, is more than FIRST_USE_SHARE of the
+rest of the answer at the target alone's speed (what it might save) is left out, and shapes without it are
+predicted as usual. The first round runs the target alone when such a price is known, so that the target's
+own speed is measured first.
+
 Predictions rest on measurements, and a shape never re-run is never re-measured, so three rules run a
 shape other than the best, each only while its levels can catch up for at most the price of CATCH_UP_BUDGET
 tokens of the target alone plus MEASURE_SHARE of the rest of the answer's predicted time (a longer answer has
@@ -32,6 +39,7 @@ MEASURE_SHARE = 0.05  # and this share of the rest of the answer's predicted tim
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
 UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
 PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
+FIRST_USE_SHARE = 0.5  # a never-run level may spend this share of the rest at the target alone catching up
 
 
 class Explorer:
@@ -50,14 +58,26 @@ class Explorer:
     def begin_generation(self) -> None:
         self.used.clear()
 
+    def usable(self, behind: list[int], model, remaining: int | None = None) -> tuple:
+        """The levels that may take part in this round: all but the never-run ones whose catch-up could not repay
+        itself; only the target while its own speed is unknown and some such price is known."""
+        pending = [level for level in self.full[1:] if not model.measured(level)]
+        alone = model.alone_seconds(0)
+        if alone is None:
+            priced = any(behind[level] > 1 and model.catch_up_rate(level) for level in pending)
+            return (0,) if priced else self.full
+        budget = (CATCH_UP_BUDGET + FIRST_USE_SHARE * (remaining or 0)) * alone
+        return tuple(level for level in self.full
+                     if level not in pending or model.catch_up_seconds((0, level), behind) <= budget)
+
     def next_shape(self, predicted: dict[tuple, float] | None, behind: list[int], model,
-                   remaining: int | None = None) -> tuple:
-        """The shape of the next target round; ``predicted`` None (a level not measured yet) runs them all.
-        ``behind[i]``: tokens level i lacks; ``model``: the cost model that prices their catching up;
-        ``remaining``: the tokens the answer is expected to still run (None: unknown, catch-ups then weigh
-        only against CATCH_UP_BUDGET)."""
+                   remaining: int | None = None, usable: tuple | None = None) -> tuple:
+        """The shape of the next target round; ``predicted`` None (a usable level not measured yet) runs every
+        ``usable`` level (by default all). ``behind[i]``: tokens level i lacks; ``model``: the cost model that
+        prices their catching up; ``remaining``: the tokens the answer is expected to still run (None: unknown,
+        catch-ups then weigh only against CATCH_UP_BUDGET)."""
         self.rounds += 1
-        shape = self.full if predicted is None else self._choose(predicted, behind, model, remaining)
+        shape = (usable or self.full) if predicted is None else self._choose(predicted, behind, model, remaining)
         self.shape = shape
         self.last_run[shape] = self.rounds
         self.used[shape] += 1

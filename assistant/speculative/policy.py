@@ -40,6 +40,9 @@ class ConstantLength:
     def upfront(self) -> tuple[int, ...]:
         return self.shape
 
+    def wants_rate(self, level: int) -> bool:
+        return False
+
     def begin_generation(self) -> None:
         self.rounds = 0
 
@@ -74,6 +77,10 @@ class AdaptivePolicy:
 
     upfront = (0,)
 
+    def wants_rate(self, level: int) -> bool:
+        """Whether ``level``'s prompt rate is unknown, so that a slice of the prompt should time it."""
+        return not self.model.measured(level) and not self.model.catching[level].known
+
     def begin_generation(self) -> None:
         if self.produced:
             self.lengths.add(self.produced, cut=self.limit is not None and self.produced >= self.limit)
@@ -87,11 +94,13 @@ class AdaptivePolicy:
         known)."""
         if remaining is not None:
             self.limit = self.produced + remaining
-        predictions = self.model.predictions(self.explorer.shapes)
+        expected = self.lengths.expected(remaining)
+        usable = self.explorer.usable(behind, self.model, expected)
+        predictions = self.model.predictions(self.explorer.shapes, usable)
         if predictions is not None:
             self.predicted = {shape: seconds for shape, (seconds, _) in predictions.items()}
         shape = self.explorer.next_shape(None if predictions is None else self.predicted, behind, self.model,
-                                         self.lengths.expected(remaining))
+                                         expected, usable)
         chosen = predictions[shape][1] if predictions is not None else {}
         lengths = tuple(chosen.get(level, self.start_length) for level in shape[:-1])
         rooms = tuple(self.model.room(level, length) for level, length in zip(shape, lengths))

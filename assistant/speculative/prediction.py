@@ -94,10 +94,14 @@ class CostModel:
             return confidence
         return min(confidence, STOP_SCALE * rate.value() / cost.seconds(1))
 
+    def measured(self, level: int) -> bool:
+        """Whether ``level`` has taken part in a round (verified or drafted), not only caught up."""
+        return self.cost[level].known or self.drafting[level].known
+
     def catch_up_seconds(self, shape, behind: list[int]) -> float:
         """What the levels of ``shape`` spend evaluating the tokens they missed (a drafter's deferred prompt
-        included), each in one batch at its catch-up rate; a level not measured yet counts nothing (the policy
-        runs every level before it predicts any shape)."""
+        included), each in one batch at its catch-up rate; a level with no rate yet (it evaluated no slice of a
+        prompt: the prompt was short) counts nothing."""
         return sum(behind[level] * self.catch_up_rate(level) for level in shape[1:] if behind[level] > 1)
 
     def catch_up_rate(self, level: int) -> float:
@@ -116,17 +120,16 @@ class CostModel:
         rate = self.pairs[level, drafter]
         return min(rate.value(prior, SMOOTHING) if rate.known else prior, 0.995)  # never certain
 
-    def predictions(self, shapes) -> dict[tuple, tuple[float, dict[int, int]]] | None:
-        """``predict`` for every shape that can be predicted; None while the full chain cannot."""
+    def predictions(self, shapes, required=None) -> dict[tuple, tuple[float, dict[int, int]]] | None:
+        """``predict`` for every shape that can be predicted; None while ``required`` (by default the full
+        chain) cannot."""
+        required = tuple(range(self.n_levels)) if required is None else tuple(required)
         predictions = {}
         for shape in shapes:
             predicted = self.predict(shape)
-            if predicted is None:
-                if shape == tuple(range(self.n_levels)):
-                    return None
-                continue
-            predictions[shape] = predicted
-        return predictions
+            if predicted is not None:
+                predictions[shape] = predicted
+        return predictions if required in predictions else None
 
     def predict(self, shape) -> tuple[float, dict[int, int]] | None:
         """Seconds per target token of ``shape`` and each verifier's draft length; None if not measured."""
