@@ -23,7 +23,8 @@ FEATURES = {
     "amx_int8": "AMX-INT8",
     "asimddp": "ARM dotprod",
 }
-KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL"}
+KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL",
+                    "attention": "ASSISTANT_ATTENTION"}
 
 
 def cpuinfo_records(path: Path = Path("/proc/cpuinfo")) -> list[dict[str, str]]:
@@ -117,6 +118,8 @@ def kernel_warnings(description: str, environ=os.environ) -> list[str]:
         if path == "scalar":
             warnings.append(f"{kind.upper()} runs our scalar reference path ({variable}={chosen or 'scalar'}): "
                             "correct but many times slower; unset it for the fast path")
+        elif path == "stock" and kind == "attention" and chosen != "stock":
+            continue  # it follows the weights: stock when neither weight type runs ours, said above
         elif path == "stock" and chosen == "stock":
             warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel ({variable}=stock)")
         elif path == "stock":

@@ -59,8 +59,9 @@ def test_switches_select_the_kernels(bench_gguf, prompt_tokens, tmp_path):
     _, half = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], {"ASSISTANT_MXFP4_KERNEL": "stock",
                                                                       "ASSISTANT_BF16_KERNEL": "scalar"}, tmp_path)
     assert "stock" not in ours["kernels"]
-    assert stock["kernels"] == "mxfp4=stock bf16=stock"
-    assert half["kernels"] == "mxfp4=stock bf16=scalar"
+    assert stock["kernels"] == "mxfp4=stock bf16=stock attention=stock"  # no buffer of ours: no attention either
+    assert half["kernels"].startswith("mxfp4=stock bf16=scalar attention=")
+    assert "attention=stock" not in half["kernels"]
 
 
 @pytest.mark.parametrize("kind,rtol", [("bf16", 2e-3), ("mxfp4", 5e-2)])
@@ -267,7 +268,7 @@ def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
     nehalem = ["qemu-x86_64", "-cpu", "Nehalem", *assistant]
     doctor = subprocess.run([*nehalem, "doctor"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "CPU variant            sse42 (libggml-cpu-sse42.so" in doctor.stdout, doctor.stdout + doctor.stderr[-2000:]
-    assert "our kernels            mxfp4=stock bf16=stock (not in use)" in doctor.stdout
+    assert "our kernels            mxfp4=stock bf16=stock attention=stock (not in use)" in doctor.stdout
     generate = ["generate", "def fibonacci(n):", "-n", "12", "--raw"]
     there = subprocess.run([*nehalem, *generate], cwd=REPO, capture_output=True, text=True, timeout=600)
     here = subprocess.run([*assistant, *generate], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -13,8 +13,12 @@
 //                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
+// ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
+//                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
+//                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
 #include "assistant-kernels.h"
 
+#include "attention.h"
 #include "bf16-gemm.h"
 #include "mxfp4-gemm.h"
 
@@ -38,8 +42,9 @@
 namespace {
 
 struct Settings {
-    bool        mxfp4 = true;
-    bool        bf16  = true;
+    bool        mxfp4     = true;
+    bool        bf16      = true;
+    bool        attention = true;
     std::string description;
 
     Settings() {
@@ -51,8 +56,14 @@ struct Settings {
                        {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
                         {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}},
                        bf16_set_path, BF16_PATH_SCALAR);
+        // the scalar attention is still ours: its bits must not depend on the batch on any CPU
+        attention = choose("ASSISTANT_ATTENTION",
+                           {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
+                           attention_set_path, -1) &&
+                    (mxfp4 || bf16);  // our buffer type, which claims the attention, exists only with one of them
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
-                      " bf16=" + (bf16 ? bf16_path_name() : "stock");
+                      " bf16=" + (bf16 ? bf16_path_name() : "stock") +
+                      " attention=" + (attention ? attention_path_name() : "stock");
     }
 
     struct Named {
@@ -144,6 +155,61 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
 
 MatmulTraits g_traits;
 
+// Batches of at least this many queries keep llama.cpp's attention, which computes them in tiles; below it stock
+// also takes one query at a time, and ours reads each key once for several queries of a KV head.
+constexpr int64_t kAttentionQueries = 64;
+
+// Flash attention we compute: f32 queries over an f16 cache, one sequence stream, a plain f16 mask.
+bool is_our_attention(const ggml_tensor * op) {
+    if (op->op != GGML_OP_FLASH_ATTN_EXT || !settings().attention) return false;
+    const ggml_tensor *q = op->src[0], *k = op->src[1], *v = op->src[2], *mask = op->src[3], *sinks = op->src[4];
+    return q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 && v->type == GGML_TYPE_F16 && q->ne[1] < kAttentionQueries &&
+           q->ne[3] == 1 && k->ne[3] == 1 && v->ne[3] == 1 && q->nb[0] == sizeof(float) && k->nb[0] == 2 && v->nb[0] == 2 &&
+           q->ne[2] % k->ne[2] == 0 && k->ne[2] == v->ne[2] && op->type == GGML_TYPE_F32 && op->nb[0] == sizeof(float) &&
+           (mask == nullptr || (mask->type == GGML_TYPE_F16 && mask->ne[3] == 1 && mask->nb[0] == 2)) &&
+           (sinks == nullptr || (sinks->type == GGML_TYPE_F32 && ggml_is_contiguous(sinks)));
+}
+
+attention_problem attention_of(const ggml_tensor * op) {
+    const ggml_tensor *q = op->src[0], *k = op->src[1], *v = op->src[2], *mask = op->src[3], *sinks = op->src[4];
+    attention_problem p{};
+    p.dk = k->ne[0], p.dv = v->ne[0], p.n_kv = k->ne[1], p.n_query = q->ne[1], p.n_head = q->ne[2];
+    p.n_head_kv = k->ne[2];
+    p.q = (const float *) q->data, p.q_query_stride = q->nb[1], p.q_head_stride = q->nb[2];
+    p.k = (const uint16_t *) k->data, p.k_cell_stride = k->nb[1], p.k_head_stride = k->nb[2];
+    p.v = (const uint16_t *) v->data, p.v_cell_stride = v->nb[1], p.v_head_stride = v->nb[2];
+    if (mask) {
+        p.mask = (const uint16_t *) mask->data, p.mask_query_stride = mask->nb[1], p.mask_plane_stride = mask->nb[2];
+        p.mask_planes = mask->ne[2];
+    }
+    p.sinks = sinks ? (const float *) sinks->data : nullptr;
+    std::memcpy(&p.scale, (const float *) op->op_params + 0, sizeof(float));
+    std::memcpy(&p.max_bias, (const float *) op->op_params + 1, sizeof(float));
+    std::memcpy(&p.softcap, (const float *) op->op_params + 2, sizeof(float));
+    p.out = (float *) op->data, p.out_query_stride = op->nb[2], p.out_head_stride = op->nb[1];
+    return p;
+}
+
+class AttentionTraits : public ggml::cpu::tensor_traits {
+    bool work_size(int n_threads, const ggml_tensor * op, size_t & size) override {
+        const attention_problem p = attention_of(op);
+        size = n_threads * GGML_PAD(attention_scratch_bytes(&p), 64) + 64;
+        return true;
+    }
+
+    // Each thread computes whole rows of its own: no barrier, no shared state.
+    bool compute_forward(ggml_compute_params * params, ggml_tensor * op) override {
+        const attention_problem p    = attention_of(op);
+        const size_t            each = GGML_PAD(attention_scratch_bytes(&p), 64);
+        char *                  base = (char *) GGML_PAD((uintptr_t) params->wdata, 64);
+        GGML_ASSERT(base + params->nth * each <= (char *) params->wdata + params->wsize);
+        attention_compute(&p, params->ith, params->nth, base + params->ith * each);
+        return true;
+    }
+};
+
+AttentionTraits g_attention_traits;
+
 // Whether a tensor of our buffer is held repacked is decided by the tensor itself (no ``extra`` is kept): an
 // RPC server rebuilds every tensor it is sent from a description before it writes the tensor or computes with
 // it. Everything else in the buffer (norms, a KV cache, a server's compute buffers) is plain memory.
@@ -214,6 +280,7 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
     }
 
     ggml::cpu::tensor_traits * get_tensor_traits(const ggml_tensor * op) override {
+        if (is_our_attention(op)) return &g_attention_traits;
         const ggml_tensor * w = op->src[0];
         if (op->op == GGML_OP_MUL_MAT && w && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type() &&
             is_our_weight(w)) {
