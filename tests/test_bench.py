@@ -128,8 +128,8 @@ def test_every_worker_run_evaluates_its_whole_prompt(bench_gguf):
 
 
 def test_verification_costs_time_exactly_the_new_tokens_after_the_prompt(bench_gguf):
-    """Each timed batch must be n tokens the cache does not hold (two for n = 1: the target's set-up never
-    evaluates one row alone), after the whole prompt; the cache is left empty for the next run."""
+    """Each timed batch must be n tokens the cache does not hold (for n = 1, the rows the target evaluates a
+    step: one with our kernels, two where it pairs rows), after the whole prompt; the cache is left empty."""
     from assistant.bench.worker import Worker
 
     worker = Worker()
@@ -144,7 +144,8 @@ def test_verification_costs_time_exactly_the_new_tokens_after_the_prompt(bench_g
     reply = worker.verify_costs("target", messages, sizes=[1, 2, 5], reps=2)
     assert sorted(reply["seconds"]) == ["1", "2", "5"] and min(reply["seconds"].values()) > 0
     prompt_rows = batches[0][1]
-    assert prompt_rows > 10 and batches[1:] == [(1, 2), (2, 2), (5, 5)] * 2
+    assert context.min_batch == 1  # every weight and the attention on our kernels
+    assert prompt_rows > 10 and batches[1:] == [(1, 1), (2, 2), (5, 5)] * 2
     assert context.tokens == []
 
 

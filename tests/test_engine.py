@@ -80,23 +80,31 @@ def test_missing_and_non_gguf_files_are_named(tmp_path):
         Model(fake)
 
 
-def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf):
+@pytest.mark.parametrize("rows", ["single", "paired"])
+def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf, rows, monkeypatch):
     """Greedy losslessness rests on this: decoding one token at a time (as the target alone does) and
     verifying drafts in batches of any size (as speculation does) give the target bitwise the same logits,
-    also past 200 tokens of context, where llama.cpp's attention kernels change strategy."""
+    also past 512 tokens of context, where llama.cpp's own attention splits a lone query's keys over the
+    threads. "single": one row a step with our flash attention (the default with our kernels); "paired":
+    two rows a step with the plain attention graph (what a model on stock kernels gets)."""
     from assistant.speculative.pipeline import target_context_options
 
-    options = target_context_options()
+    if rows == "paired":
+        monkeypatch.setenv("ASSISTANT_TARGET_MIN_BATCH", "2")
+        monkeypatch.setenv("ASSISTANT_TARGET_FLASH_ATTENTION", "off")
+    options = target_context_options(bench_gguf["target_bf16"])
+    assert options == ({"min_batch": 1, "flash_attention": True} if rows == "single"
+                       else {"min_batch": 2, "flash_attention": False})
     with Model(bench_gguf["target_bf16"]) as model:
-        prompt = model.tokenize("def quicksort(values):\n    if len(values) <= 1:\n        return values\n" * 12,
+        prompt = model.tokenize("def quicksort(values):\n    if len(values) <= 1:\n        return values\n" * 30,
                                 add_special=False)
         tail = model.tokenize("    pivot = values[0]\n    left = [v for v in values[1:] if v < pivot]\n",
                               add_special=False)[:12]
-        assert len(prompt) > 200 and len(tail) == 12
+        assert len(prompt) > 512 and len(tail) == 12
 
         def logits_after(chunks):
             """Rows for every tail position, evaluating the tail in chunks of the given sizes."""
-            with Context(model, n_ctx=512, **options) as context:
+            with Context(model, n_ctx=1024, threads=2, **options) as context:
                 sequence = TokenSequence(prompt)
                 rows = [np.array(context.evaluate(sequence, len(sequence) - 1)[-1])]
                 for size in chunks:

@@ -60,7 +60,8 @@ class Context(NativeHandle):
         # With min_batch 2 a lone token is evaluated together with the one before it, and both output logits:
         # stock llama.cpp computes a matmul of one row another way (vec_dot instead of llamafile's sgemm, which
         # declines n < 2) with different rounding, and the last layer only computes the rows that output. With
-        # at least two rows everywhere, plain decoding and batched verification agree bitwise.
+        # at least two rows everywhere, plain decoding and batched verification agree bitwise. A model whose
+        # products and attention all run on our kernels needs none of this (engine/batch_invariance.py).
         self.min_batch = min_batch
         self.decode_seconds = 0.0
         self.decode_calls = 0

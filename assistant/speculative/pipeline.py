@@ -219,21 +219,28 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: s
     """One context per model, target first, each with the options its place in the chain needs; with
     ``target_rpc`` the target's context lives on that ggml-rpc-server (its model here holds the vocabulary)."""
     from assistant.engine import Context
+    from assistant.engine.batch_invariance import kernels_in_use
     from assistant.engine.remote import RemoteContext
 
     target = roles_and_models[0][1]
     # a remote target's cache would cross the network to be copied: the drafters then evaluate the prompt
     geometry = target.attention_geometry() if target_rpc is None else None
     levels = []
+    target_options = target_context_options(target.path, remote=target_rpc is not None)
+    ours_attention = kernels_in_use().get("attention", "stock") != "stock"
     try:
         for index, (role, model) in enumerate(roles_and_models):
-            # drafters skip CPU flash attention, which takes one query at a time; the plain graph batches a draft
-            options = target_context_options() if index == 0 else {"flash_attention": False}
+            shares = index > 0 and geometry is not None and model.attention_geometry() == geometry
+            if index == 0:
+                options = target_options
+            else:  # a cache copied from the target keeps the target's layout (flash attention or not); the other
+                # drafters take flash attention where it is ours (it reads each key once for a draft's queries),
+                # else the plain graph, which batches them better than stock's one query at a time
+                options = {"flash_attention": bool(target_options["flash_attention"]) if shares else ours_attention}
             if index == 0 and target_rpc is not None:
                 context = RemoteContext(model, target_rpc, n_ctx=n_ctx, threads=threads, n_shared=n_shared, **options)
             else:
                 context = Context(model, n_ctx=n_ctx, threads=threads, **options)
-            shares = index > 0 and geometry is not None and model.attention_geometry() == geometry
             levels.append(ModelLevel(role, model, context, shares_target_cache=shares))
     except BaseException:
         for level in levels:
@@ -242,14 +249,19 @@ def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: s
     return levels
 
 
-def target_context_options() -> dict:
-    """How the target's context evaluates, so that plain decoding and verification round alike: stock llama.cpp
-    takes another path for a one-row matmul (so at least 2 rows) and a tiled CPU flash attention from 8 queries
-    on (so the plain attention graph). The environment switches give llama.cpp's defaults back (the bench's
-    baseline: ASSISTANT_TARGET_MIN_BATCH=1, ASSISTANT_TARGET_FLASH_ATTENTION=auto)."""
-    flash = os.environ.get("ASSISTANT_TARGET_FLASH_ATTENTION", "off")  # "auto": llama.cpp's own choice
-    return {"min_batch": max(1, int(os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "2"))),
-            "flash_attention": None if flash == "auto" else False}
+def target_context_options(model_path=None, remote: bool = False) -> dict:
+    """How the target's context evaluates, so that plain decoding and verification round alike
+    (engine/batch_invariance.py): one row a step with flash attention where our kernels compute every product
+    and the attention of the model at ``model_path`` here; else two rows a step with the plain attention graph.
+    A remote target keeps the latter (the server's build is not known here). The environment switches give
+    llama.cpp's defaults back (the bench's baseline: ASSISTANT_TARGET_MIN_BATCH=1,
+    ASSISTANT_TARGET_FLASH_ATTENTION=auto)."""
+    from assistant.engine.batch_invariance import single_rows_match_batches
+
+    ours = model_path is not None and not remote and single_rows_match_batches(model_path)
+    flash = os.environ.get("ASSISTANT_TARGET_FLASH_ATTENTION", "on" if ours else "off")
+    rows = os.environ.get("ASSISTANT_TARGET_MIN_BATCH", "1" if ours else "2")
+    return {"min_batch": max(1, int(rows)), "flash_attention": {"auto": None, "on": True}.get(flash, False)}
 
 
 def _decode_seconds(level) -> float:
