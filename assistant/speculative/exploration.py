@@ -35,7 +35,7 @@ from collections import Counter
 EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast as the best (times r^3)
 EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
 CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
-MEASURE_SHARE = 0.05  # and this share of the rest of the answer's predicted time, when its length is known
+MEASURE_SHARE = 0.25  # and this share of the rest of the answer's predicted time, when its length is known
 SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch up only if this much faster
 UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
 PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
