@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "tests/native/kernel_check.cpp", ROOT / "native/src/mxfp4-gemm.cpp", ROOT / "native/src/bf16-gemm.cpp"]
+SOURCES = [ROOT / "tests/native/kernel_check.cpp", ROOT / "native/src/mxfp4-gemm.cpp", ROOT / "native/src/bf16-gemm.cpp",
+           ROOT / "native/src/attention.cpp"]
 CROSS = "aarch64-linux-gnu-g++"
 QEMU = "qemu-aarch64"
 
@@ -52,6 +53,8 @@ def test_every_path_this_cpu_has_agrees_with_scalar(tmp_path):
         "bf16 avx2": {"avx2", "fma"} <= flags,
         "bf16 avx512": "avx512f" in flags,
     }
+    expected["attention avx2"] = {"avx2", "fma", "f16c"} <= flags
+    expected["attention avx512"] = {"avx2", "fma", "f16c", "avx512f"} <= flags
     for path, has in expected.items():
         assert (f"ok   {path} equals scalar bit for bit" in out) == has, (path, out)
         assert (f"skip {path}:" in out) == (not has), (path, out)
@@ -76,6 +79,7 @@ def test_neon_paths_agree_with_scalar_under_qemu(arm64_check):
         assert f"ok   {kernel} neon equals scalar bit for bit" in out, out
         assert f"ok   {kernel} neon is batch invariant" in out, out
         assert f"{kernel} default path: neon" in out, out
+    assert "ok   attention scalar is batch invariant" in out, out  # ARM64 computes attention on the scalar path
 
 
 @needs_cross

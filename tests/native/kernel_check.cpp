@@ -4,6 +4,7 @@
 // tests/test_native_arm64.py cross-compiles it for ARM64 and runs it under qemu-user.
 //
 // Prints one line per check and ends with "N passed, M failed"; exits non-zero on any failure.
+#include "attention.h"
 #include "bf16-gemm.h"
 #include "mxfp4-gemm.h"
 
@@ -215,8 +216,55 @@ void check_bf16_prompts(std::mt19937 & rng) {
 
 }  // namespace
 
+// Attention over an f16 cache: every path this CPU runs equals scalar, and each query's row has the same bits
+// alone as in a batch of 5 (causal mask, 2 threads' split). Values are f16-exact, so no conversion is needed.
+void check_attention(std::mt19937 & rng) {
+    const int64_t dk = 64, n_kv = 150, N = 5, H = 6, Hkv = 2;
+    std::uniform_int_distribution<int> pick(0, 255);
+    auto half = [&]() { return (uint16_t) (0x3000 + pick(rng) * 8); };  // positive values in [0.125, 0.5)
+    std::vector<float>    q(N * H * dk);
+    std::vector<uint16_t> k(Hkv * n_kv * dk), v(Hkv * n_kv * dk), mask(N * n_kv, 0);
+    for (float & x : q) x = (pick(rng) - 128) / 64.0f;
+    for (uint16_t & x : k) x = half();
+    for (uint16_t & x : v) x = half();
+    for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = n_kv - N + i + 1; c < n_kv; ++c) mask[i * n_kv + c] = 0xfc00;  // -inf
+    auto attend = [&](int64_t first, int64_t count) {
+        std::vector<float> out(count * H * dk, NAN);
+        attention_problem  p{};
+        p.dk = p.dv = dk, p.n_kv = n_kv, p.n_query = count, p.n_head = H, p.n_head_kv = Hkv;
+        p.q = q.data() + first * dk, p.q_query_stride = dk * 4, p.q_head_stride = N * dk * 4;
+        p.k = k.data(), p.k_cell_stride = dk * 2, p.k_head_stride = n_kv * dk * 2;
+        p.v = v.data(), p.v_cell_stride = dk * 2, p.v_head_stride = n_kv * dk * 2;
+        p.mask = mask.data() + first * n_kv, p.mask_query_stride = n_kv * 2, p.mask_planes = 1;
+        p.scale = 0.125f, p.out = out.data(), p.out_query_stride = H * dk * 4, p.out_head_stride = dk * 4;
+        std::vector<char> scratch(attention_scratch_bytes(&p));
+        for (int ith = 0; ith < 2; ++ith) attention_compute(&p, ith, 2, scratch.data());
+        return out;
+    };
+    attention_set_path(ATTENTION_PATH_SCALAR);
+    const std::vector<float> reference = attend(0, N);
+    const Path paths[] = {{"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}};
+    for (const Path & path : paths) {
+        if (attention_set_path(path.id) != path.id) {
+            std::printf("skip attention %s: not on this CPU\n", path.name);
+            continue;
+        }
+        check(same_bits(attend(0, N), reference, reference.size()), std::string("attention ") + path.name + " equals scalar bit for bit");
+    }
+    attention_set_path(ATTENTION_PATH_AUTO);
+    const std::vector<float> batch = attend(0, N);
+    bool alone_same = true;
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<float> alone = attend(i, 1);
+        alone_same &= std::memcmp(alone.data(), batch.data() + i * H * dk, H * dk * sizeof(float)) == 0;
+    }
+    check(alone_same, std::string("attention ") + attention_path_name() + " is batch invariant");
+}
+
 int main() {
     std::mt19937 rng(7);
+    check_attention(rng);
     check_mxfp4(rng);
     check_bf16(rng);
     check_bf16_prompts(rng);
