@@ -324,3 +324,41 @@ def test_bf16_is_batch_invariant(lib):
                 else:
                     assert np.array_equal(got, prompt[:n]), (path, n, splits)
     lib.bf16_set_path(0)
+
+
+def test_bf16_decode_path_is_chosen_by_measurement(lib, monkeypatch):
+    """Off AMX, a CPU with AVX512-BF16 decodes with vdpbf16ps or with widening + FMA as a start-up measurement
+    finds faster (the verdict replaced through ASSISTANT_BF16_TEST_DOT_FASTER here, AMX left out through
+    ASSISTANT_BF16_TEST_NO_AMX). The default then computes what that path computes when named, and a column
+    has the same bits in every verification batch."""
+    paths = available(lib, "bf16_set_path", BF16_PATHS)
+    if "avx512-bf16" not in paths:
+        pytest.skip("needs a CPU with AVX512-BF16")
+    monkeypatch.setenv("ASSISTANT_BF16_TEST_NO_AMX", "1")
+    try:
+        for verdict, expected in (("1", b"avx512-bf16"), ("0", b"avx512")):
+            monkeypatch.setenv("ASSISTANT_BF16_TEST_DOT_FASTER", verdict)
+            lib.bf16_set_path(0)
+            assert lib.bf16_path_name() == expected
+        monkeypatch.delenv("ASSISTANT_BF16_TEST_DOT_FASTER")
+        lib.bf16_set_path(0)
+        measured = lib.bf16_path_name()
+        assert measured in (b"avx512", b"avx512-bf16")
+
+        rng = np.random.default_rng(11)
+        M, K = 100, 1056
+        bf = Bf16(lib, random_bf16(rng, M, K))
+        act = bf.prepare(rng.standard_normal((16, K)).astype(np.float32))
+        default = bf.gemm(act)
+        lib.bf16_set_path(0)
+        assert lib.bf16_path_name() == measured, "measured once per process, so the same path every time"
+        for n in (1, 2, 3, 4, 8, 9, 16):
+            assert np.array_equal(bf.gemm(np.ascontiguousarray(act[:n]), [0, 48, M]), default[:n]), (measured, n)
+        lib.bf16_set_path(BF16_PATHS[measured.decode()])
+        assert np.array_equal(bf.gemm(act), default)
+        other = b"avx512" if measured == b"avx512-bf16" else b"avx512-bf16"
+        lib.bf16_set_path(BF16_PATHS[other.decode()])
+        assert not np.array_equal(bf.gemm(act), default), "the two paths round differently"
+    finally:
+        monkeypatch.undo()
+        lib.bf16_set_path(0)

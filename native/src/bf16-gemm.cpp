@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -470,26 +471,61 @@ template <int... Cs> struct Avx2Table {
     static constexpr MicroFn fns[] = {micro_avx2<1, Cs>...};
 };
 
-// Whether vdpbf16ps multiplies faster than widening plus FMA on this CPU, measured once: each micro-kernel
-// on the same block in L1, alternated, the best of several rounds. Where vdpbf16ps issues once a cycle
-// (AMD Zen 4) it does twice the work of an FMA; where it issues once per two cycles (the Xeons we measured)
-// the FMAs are faster. A few milliseconds at the first prompt.
-bool bf16dot_is_faster() {
-    using clock = std::chrono::steady_clock;
-    const int64_t       pairs = kPromptPairs;
-    std::vector<uint16_t> w((size_t) 2 * kTile * pairs * 2, 0x3f80);
-    std::vector<char>     panel((size_t) pairs * kPanel512 * 8, 0);
-    alignas(64) float     out[kPanel512][2 * kTile];
+// Which of two kernels does a fixed piece of work faster on this CPU: alternated, the best of 5 rounds each
+// (interruptions only add time, so the best round is the kernel's own speed). True if the first.
+template <class First, class Second> bool first_is_faster(First first, Second second, int calls) {
+    using clock    = std::chrono::steady_clock;
     double best[2] = {1e30, 1e30};
     for (int round = 0; round < 5; ++round) {
         for (int k = 0; k < 2; ++k) {
-            const MicroFn fn    = k == 0 ? micro_bf16dot<2, kPanel512> : micro_avx512<2, kPanel512>;
-            const auto    start = clock::now();
-            for (int i = 0; i < 50; ++i) fn(w.data(), kTile * pairs * 2, panel.data(), pairs, out[0], 2 * kTile, kPanel512, true);
+            const auto start = clock::now();
+            for (int i = 0; i < calls; ++i) k == 0 ? first() : second();
             best[k] = std::min(best[k], std::chrono::duration<double>(clock::now() - start).count());
         }
     }
     return best[0] < best[1];
+}
+
+// Whether vdpbf16ps multiplies faster than widening plus FMA on this CPU, measured once: each prompt
+// micro-kernel on the same block in L1. Where vdpbf16ps issues once a cycle (AMD Zen 4) it does twice the
+// work of an FMA; where it issues once per two cycles (the Xeons we measured) the FMAs are faster. A few
+// milliseconds at the first prompt.
+bool bf16dot_is_faster() {
+    const int64_t         pairs = kPromptPairs;
+    std::vector<uint16_t> w((size_t) 2 * kTile * pairs * 2, 0x3f80);
+    std::vector<char>     panel((size_t) pairs * kPanel512 * 8, 0);
+    alignas(64) float     out[kPanel512][2 * kTile];
+    const auto            run = [&](MicroFn fn) {
+        fn(w.data(), kTile * pairs * 2, panel.data(), pairs, out[0], 2 * kTile, kPanel512, true);
+    };
+    return first_is_faster([&] { run(micro_bf16dot<2, kPanel512>); }, [&] { run(micro_avx512<2, kPanel512>); }, 50);
+}
+
+// The same question for decoding and verification (N <= 16), which must take one path for the whole
+// process: the largest verification batch (16 columns, two passes of 8 over a tile) on a tile and columns
+// in L1, so compute alone decides. At 1-2 columns both paths wait on memory, so the compute rate at 16
+// columns is what separates them. Well under a millisecond, once at start-up.
+bool measure_verify_dot() {
+    constexpr int64_t     K = 256;
+    std::vector<uint16_t> w((size_t) kTile * K, 0x3f80);
+    std::vector<float>    f((size_t) K, 1.0f);
+    std::vector<uint16_t> h((size_t) K, 0x3f80);
+    Column                cols[8];
+    for (Column & c : cols) c = {f.data(), h.data()};
+    alignas(64) float out[8][kTile];
+    const auto        sixteen = [&](TileFn fn) {
+        fn(w.data(), K, cols, out);
+        fn(w.data(), K, cols, out);
+    };
+    return first_is_faster([&] { sixteen(tile_avx512bf16<8>); }, [&] { sixteen(tile_avx512<8>); }, 100);
+}
+
+// The measurement's verdict, or for tests ASSISTANT_BF16_TEST_DOT_FASTER=1|0 in its place (read at every
+// bf16_set_path(0), so a test can check both choices in one process).
+bool verify_dot_is_faster() {
+    if (const char * given = std::getenv("ASSISTANT_BF16_TEST_DOT_FASTER")) return given[0] == '1';
+    static const bool measured = measure_verify_dot();
+    return measured;
 }
 
 // Whole 16-row tiles [row_begin, row_end) for N > 16 columns.
@@ -857,10 +893,18 @@ bool runnable(int path) {
     return path == BF16_PATH_SCALAR;
 }
 
-// The default: the fastest path we measured that this machine runs (vdpbf16ps is slower than widening
-// plus FMA once several columns share the weights, see bf16-gemm.h).
+// The default: AMX where Linux grants it (every batch of up to 16 at the cost of one column); else, on a
+// CPU with AVX512-BF16, vdpbf16ps or widening plus FMA, whichever the start-up measurement finds faster
+// (one path per process: the two round differently); else the widest FMA path this machine runs.
+// ASSISTANT_BF16_TEST_NO_AMX=1 (tests and measurements only) leaves AMX out, so an AMX machine makes the
+// choice a Zen 4 makes.
 int default_path() {
-    for (int path : {BF16_PATH_AMX, BF16_PATH_AVX512, BF16_PATH_AVX2, BF16_PATH_NEON}) {
+    const char * no_amx = std::getenv("ASSISTANT_BF16_TEST_NO_AMX");
+    if (!(no_amx && no_amx[0] == '1') && runnable(BF16_PATH_AMX)) return BF16_PATH_AMX;
+#ifdef BF16_X86
+    if (runnable(BF16_PATH_AVX512_BF16) && verify_dot_is_faster()) return BF16_PATH_AVX512_BF16;
+#endif
+    for (int path : {BF16_PATH_AVX512, BF16_PATH_AVX2, BF16_PATH_NEON}) {
         if (runnable(path)) return path;
     }
     return BF16_PATH_SCALAR;

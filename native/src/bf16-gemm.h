@@ -18,9 +18,10 @@ enum { BF16_TILE_ROWS = 16 };
 // Instruction paths; bf16_set_path() lets tests compare them. Returns the path in use after the call.
 // The scalar, AVX2, AVX-512 and NEON paths widen bf16 weights to f32 and run the same fma sequence, so they agree
 // bit for bit (for N <= 16; prompts, N > 16, take a blocked GEMM with bits of its own). The AVX512-BF16
-// path (vdpbf16ps) rounds its pairwise dot products differently; it is not the default for decoding
-// because vdpbf16ps issues at half the rate of FMA on the CPUs we measured, so widening plus two FMA ports
-// is faster once several columns share the weights; prompts use it where a measurement finds it faster.
+// path (vdpbf16ps) rounds its pairwise dot products differently. Off AMX, the default on a CPU with it is
+// chosen once per process by a start-up measurement of both paths' 16-column verification kernels in L1:
+// vdpbf16ps where it issues at full rate (Zen 4), widening plus FMA where it issues at half rate (the Xeons
+// we measured). Prompts choose between the two by a measurement of their own.
 enum bf16_path {
     BF16_PATH_AUTO        = 0,
     BF16_PATH_SCALAR      = 1,
