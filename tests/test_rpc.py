@@ -483,7 +483,10 @@ def test_sampling_with_top_k_over_a_remote_target_reads_each_rows_candidates(ben
 def test_sampling_with_top_k_brings_back_candidates_not_logits(wide_target, rpc_endpoint, monkeypatch):
     """Sampling with top-k, the server sends each row's top_k + SPARE candidates instead of the row: the same
     tokens as the local target's, at least 10x fewer bytes back per round. Without top-k (the default) every row
-    still comes back whole."""
+    still comes back whole. The local reference evaluates as a remote target does (two rows a step on the plain
+    attention graph), so that their logits have the same bits."""
+    monkeypatch.setenv("ASSISTANT_TARGET_MIN_BATCH", "2")
+    monkeypatch.setenv("ASSISTANT_TARGET_FLASH_ATTENTION", "off")
     with Pipeline.load([wide_target], n_ctx=256) as local:
         expected = local.generate(PROMPT + " return", SAMPLED, 16).finish().tokens
     logits, per_round_logits = answer_and_bytes_back(wide_target, rpc_endpoint, SAMPLED, False, monkeypatch)

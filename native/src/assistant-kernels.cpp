@@ -12,7 +12,8 @@
 //                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX),
 //                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
-//                     else "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
+//                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
+//                     "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
 //                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
