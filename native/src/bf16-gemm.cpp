@@ -349,6 +349,22 @@ constexpr int64_t kPromptRows = 128;
 
 // C columns of a panel of kPanel512 (the last group of a prompt may have fewer; each column's sequence of
 // operations is the same whatever C is, so its bits are too).
+// The AVX-512 micro-kernels' last step: each of the nc columns' T tiles stored (first K block) or added to what
+// is there. Inlined, with constant indices, so the accumulators stay in registers.
+template <int T, int C>
+__attribute__((target("avx512f"), always_inline)) inline void store_tiles(__m512 (&acc)[T][C], float * dst,
+                                                                          int64_t dst_stride, int nc, bool first) {
+#    pragma GCC unroll 12
+    for (int j = 0; j < C; ++j) {
+        if (j >= nc) break;
+#    pragma GCC unroll 2
+        for (int t = 0; t < T; ++t) {
+            float * d = dst + j * dst_stride + t * kTile;
+            _mm512_storeu_ps(d, first ? acc[t][j] : _mm512_add_ps(_mm512_loadu_ps(d), acc[t][j]));
+        }
+    }
+}
+
 template <int T, int C>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const uint16_t * w, int64_t tile_step,
                                                                           const char * panel, int64_t pairs,
@@ -373,15 +389,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16dot(const 
             for (int t = 0; t < T; ++t) acc[t][j] = _mm512_dpbf16_ps(acc[t][j], v[t], b);
         }
     }
-#    pragma GCC unroll 12
-    for (int j = 0; j < C; ++j) {  // constant indices keep the accumulators in registers
-        if (j >= nc) break;
-#    pragma GCC unroll 2
-        for (int t = 0; t < T; ++t) {
-            float * d = dst + j * dst_stride + t * kTile;
-            _mm512_storeu_ps(d, first ? acc[t][j] : _mm512_add_ps(_mm512_loadu_ps(d), acc[t][j]));
-        }
-    }
+    store_tiles<T, C>(acc, dst, dst_stride, nc, first);
 }
 
 template <int T, int C>
@@ -413,15 +421,7 @@ __attribute__((target("avx512f"))) void micro_avx512(const uint16_t * w, int64_t
             for (int t = 0; t < T; ++t) acc[t][j] = _mm512_fmadd_ps(odd[t], ao, acc[t][j]);
         }
     }
-#    pragma GCC unroll 12
-    for (int j = 0; j < C; ++j) {  // constant indices keep the accumulators in registers
-        if (j >= nc) break;
-#    pragma GCC unroll 2
-        for (int t = 0; t < T; ++t) {
-            float * d = dst + j * dst_stride + t * kTile;
-            _mm512_storeu_ps(d, first ? acc[t][j] : _mm512_add_ps(_mm512_loadu_ps(d), acc[t][j]));
-        }
-    }
+    store_tiles<T, C>(acc, dst, dst_stride, nc, first);
 }
 
 // AVX2: one 16-row tile as its two 8-row halves, one after the other (the interleaved widening of rows_avx2:
