@@ -24,9 +24,9 @@ class Shapes(ConstantLength):
         self.shapes = shapes
         self.records = []
 
-    def plan(self, behind, remaining=None):
+    def plan(self, behind, remaining=None, supply=None):
         self.shape = self.shapes[min(self.rounds, len(self.shapes) - 1)]
-        return super().plan(behind, remaining)
+        return super().plan(behind, remaining, supply)
 
     def record(self, record) -> None:
         self.records.append(record)

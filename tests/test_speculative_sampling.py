@@ -114,9 +114,9 @@ class SwitchShapes(ConstantLength):
 
     SHAPES = ((0, 2), (0, 1, 2), (0,), (0, 1))
 
-    def plan(self, behind, remaining=None):
+    def plan(self, behind, remaining=None, supply=None):
         self.shape = self.SHAPES[(self.rounds + 1) % len(self.SHAPES)]
-        return super().plan(behind, remaining)
+        return super().plan(behind, remaining, supply)
 
 
 def test_sampling_stays_exact_when_the_chain_changes_shape_within_a_generation(bench_gguf, reference):

@@ -70,7 +70,7 @@ class Chain:
         """One verification by the target: 1..k+1 new tokens as (token, proposing level), at most ``limit``."""
         base = len(self.sequence)
         room = max(1, min(limit, self.n_ctx - base))
-        plan = self.policy.plan([self._behind(level) for level in self.levels], room)
+        plan = self.policy.plan([self._behind(level) for level in self.levels], room, self._supply())
         self.record = RoundRecord()
         self._verify(plan, 0, room, 0)
         self.policy.record(self.record)
@@ -218,6 +218,12 @@ class Chain:
         return drafted, sampler.draw(p)
 
     # --- the shared sequence ----------------------------------------------------------------------
+    def _supply(self) -> dict[int, int]:
+        """What each limited drafter (the n-gram level) could propose from here: the policy's exact supply for a
+        request made at the end of the sequence (cheap: one suffix match)."""
+        return {index: len(level.propose(self.sequence, self.policy.max_length))
+                for index, level in enumerate(self.levels) if not level.is_model}
+
     def _behind(self, level) -> int:
         """Tokens of the sequence that ``level`` has not evaluated yet (0 for the n-gram level)."""
         return level.context.behind(self.sequence) if level.is_model else 0

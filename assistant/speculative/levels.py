@@ -36,6 +36,10 @@ class ModelLevel:
 class NgramLevel:
     """Prompt lookup: proposes what followed the latest earlier occurrence of the sequence's last n-gram.
 
+    What followed may run into the sequence's end (text repeating with a short period: a list, a table's rows,
+    "0, 0, 0"): the copy then goes on over its own proposal, as a repetition continues, so a period of three
+    tokens proposes as many as asked rather than three.
+
     Its proposals are certain (a one-hot distribution), so the verifier accepts token t with probability
     p(t) and otherwise resamples from p with t removed.
     """
@@ -78,5 +82,8 @@ class NgramLevel:
                 candidates = candidates[mirror[candidates + offset] == suffix[offset]]
             if candidates.size:
                 follow = int(candidates[-1]) + size
-                return [int(t) for t in mirror[follow : min(follow + count, end)]]
+                proposal = [int(t) for t in mirror[follow : min(follow + count, end)]]
+                while len(proposal) < count:  # past the end: the repetition goes on over the proposal itself
+                    proposal.append(proposal[follow + len(proposal) - end])
+                return proposal
         return []

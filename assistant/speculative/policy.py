@@ -46,7 +46,7 @@ class ConstantLength:
     def begin_generation(self) -> None:
         self.rounds = 0
 
-    def plan(self, behind: list[int], remaining: int | None = None) -> Plan:
+    def plan(self, behind: list[int], remaining: int | None = None, supply: dict | None = None) -> Plan:
         self.rounds += 1
         drafts = (self.length,) * (len(self.shape) - 1)
         return Plan(self.shape, drafts, drafts, self.confidence)
@@ -88,15 +88,15 @@ class AdaptivePolicy:
         self.model.begin_generation()
         self.explorer.begin_generation()
 
-    def plan(self, behind: list[int], remaining: int | None = None) -> Plan:
+    def plan(self, behind: list[int], remaining: int | None = None, supply: dict | None = None) -> Plan:
         """``behind[i]``: tokens level i has not evaluated yet (what re-joining a shape costs it, its deferred
         prompt included); ``remaining``: the most tokens this generation may still produce (None: no limit
-        known)."""
+        known); ``supply``: what each limited drafter has to propose right now."""
         if remaining is not None:
             self.limit = self.produced + remaining
         expected = self.lengths.expected(remaining)
         usable = self.explorer.usable(behind, self.model, expected)
-        predictions = self.model.predictions(self.explorer.shapes, usable)
+        predictions = self.model.predictions(self.explorer.shapes, usable, supply)
         if predictions is not None:
             self.predicted = {shape: seconds for shape, (seconds, _) in predictions.items()}
         shape = self.explorer.next_shape(None if predictions is None else self.predicted, behind, self.model,

@@ -9,7 +9,9 @@ steps between its levels (the smallest of their acceptances: optimistic, so that
 
 A *limited* drafter (the n-gram level) proposes only what its match holds, often less than asked: its pairs
 are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
-they waste and its long copied runs earn what they yield, instead of bending the acceptance.
+they waste and its long copied runs earn what they yield, instead of bending the acceptance. Drafting for the
+target it makes one request a round, at the end of the sequence, where its supply is known before the round:
+that round is predicted with it (a match of one token never passes for a typical long one).
 
 A batch longer than any verification is a level catching up on tokens it missed (a deferred prompt, or
 rounds it sat out): it goes to that level's catch-up rate, not to its batch costs, so that pricing a shape's
@@ -120,19 +122,20 @@ class CostModel:
         rate = self.pairs[level, drafter]
         return min(rate.value(prior, SMOOTHING) if rate.known else prior, 0.995)  # never certain
 
-    def predictions(self, shapes, required=None) -> dict[tuple, tuple[float, dict[int, int]]] | None:
+    def predictions(self, shapes, required=None, supply=None) -> dict[tuple, tuple[float, dict[int, int]]] | None:
         """``predict`` for every shape that can be predicted; None while ``required`` (by default the full
         chain) cannot."""
         required = tuple(range(self.n_levels)) if required is None else tuple(required)
         predictions = {}
         for shape in shapes:
-            predicted = self.predict(shape)
+            predicted = self.predict(shape, supply)
             if predicted is not None:
                 predictions[shape] = predicted
         return predictions if required in predictions else None
 
-    def predict(self, shape) -> tuple[float, dict[int, int]] | None:
-        """Seconds per target token of ``shape`` and each verifier's draft length; None if not measured."""
+    def predict(self, shape, supply=None) -> tuple[float, dict[int, int]] | None:
+        """Seconds per target token of ``shape`` and each verifier's draft length; None if not measured.
+        ``supply``: what each limited drafter has right now (used where it drafts for the target)."""
         per_token = self.alone_seconds(shape[-1])
         if per_token is None:
             return None
@@ -140,7 +143,8 @@ class CostModel:
         for verifier, drafter in reversed(list(zip(shape, shape[1:]))):
             if not self.cost[verifier].known:
                 return None
-            lengths[verifier], per_token = self._best_length(verifier, drafter, per_token)
+            known = (supply or {}).get(drafter) if verifier == 0 else None
+            lengths[verifier], per_token = self._best_length(verifier, drafter, per_token, known)
         return per_token, lengths
 
     def alone_seconds(self, level: int) -> float | None:
@@ -149,11 +153,13 @@ class CostModel:
             return self.drafting[level].value()
         return self.cost[level].seconds(1) if self.cost[level].known else None
 
-    def _best_length(self, verifier: int, drafter: int, per_draft: float) -> tuple[int, float]:
-        """The draft length for ``verifier`` and the seconds per token it then achieves."""
+    def _best_length(self, verifier: int, drafter: int, per_draft: float,
+                     known: int | None = None) -> tuple[int, float]:
+        """The draft length for ``verifier`` and the seconds per token it then achieves; ``known``: a limited
+        drafter's supply for this request, when known."""
         acceptance = self.acceptance(verifier, drafter)
         if drafter in self.supply:
-            return self._best_limited_length(verifier, drafter, per_draft, acceptance)
+            return self._best_limited_length(verifier, drafter, per_draft, acceptance, known)
         cost = self.cost[verifier]
         best_k, best_seconds = 1, float("inf")
         gain = power = 1.0  # expected tokens from k drafts, built up incrementally
@@ -165,12 +171,16 @@ class CostModel:
                 best_k, best_seconds = k, seconds
         return best_k, best_seconds
 
-    def _best_limited_length(self, verifier: int, drafter: int, per_draft: float,
-                             acceptance: float) -> tuple[int, float]:
-        """As ``_best_length``, over the drafter's measured supply: asked for k, it yields n = min(k, what it
-        has) drafts, for a batch of n + 1 and 1 + a + ... + a^n expected tokens."""
+    def _best_limited_length(self, verifier: int, drafter: int, per_draft: float, acceptance: float,
+                             known: int | None = None) -> tuple[int, float]:
+        """As ``_best_length``, over the drafter's measured supply (or the ``known`` one): asked for k, it yields
+        n = min(k, what it has) drafts, for a batch of n + 1 and 1 + a + ... + a^n expected tokens."""
         cost = self.cost[verifier]
-        chance = self.supply[drafter].distribution(self.max_length)
+        if known is None:
+            chance = self.supply[drafter].distribution(self.max_length)
+        else:
+            chance = [0.0] * (self.max_length + 1)
+            chance[min(known, self.max_length)] = 1.0
         spent = [cost.seconds(n + 1) + n * per_draft for n in range(self.max_length + 1)]
         gains = [1.0]
         for n in range(1, self.max_length + 1):
