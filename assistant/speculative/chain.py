@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from assistant.speculative.candidates import CandidateRows, candidate_count
-from assistant.speculative.plan import Batch, Drafting, Plan, RoundRecord
+from assistant.speculative.plan import Batch, Drafting, Hindsight, Plan, RoundRecord
 from assistant.speculative.probabilities import Sampler, top_probability
 
 
@@ -70,9 +70,12 @@ class Chain:
         """One verification by the target: 1..k+1 new tokens as (token, proposing level), at most ``limit``."""
         base = len(self.sequence)
         room = max(1, min(limit, self.n_ctx - base))
-        plan = self.policy.plan([self._behind(level) for level in self.levels], room, self._supply())
+        proposals = self._proposals()
+        plan = self.policy.plan([self._behind(level) for level in self.levels], room,
+                                {index: len(proposal) for index, proposal in proposals.items()})
         self.record = RoundRecord()
         self._verify(plan, 0, room, 0)
+        self._judge_in_hindsight(plan, proposals, base)
         self.policy.record(self.record)
         tokens = self.sequence.tokens
         return [(tokens[p], self.origins[p]) for p in range(base, len(tokens))]
@@ -218,11 +221,23 @@ class Chain:
         return drafted, sampler.draw(p)
 
     # --- the shared sequence ----------------------------------------------------------------------
-    def _supply(self) -> dict[int, int]:
-        """What each limited drafter (the n-gram level) could propose from here: the policy's exact supply for a
+    def _proposals(self) -> dict[int, list[int]]:
+        """What each limited drafter (the n-gram level) would propose from here: the policy's exact supply for a
         request made at the end of the sequence (cheap: one suffix match)."""
-        return {index: len(level.propose(self.sequence, self.policy.max_length))
+        return {index: level.propose(self.sequence, self.policy.max_length)
                 for index, level in enumerate(self.levels) if not level.is_model}
+
+    def _judge_in_hindsight(self, plan: Plan, proposals: dict[int, list[int]], base: int) -> None:
+        """Record how much of each limited drafter's proposal the round's tokens (all the target's) kept, where
+        it did not draft for the target itself."""
+        made = self.sequence.tokens[base:]
+        for index, proposal in proposals.items():
+            if plan.shape[:2] == (0, index):
+                continue
+            judged = min(len(proposal), len(made))
+            accepted = next((j for j in range(judged) if proposal[j] != made[j]), judged)
+            if judged:
+                self.record.hindsight.append(Hindsight(index, accepted, accepted + (accepted < judged)))
 
     def _behind(self, level) -> int:
         """Tokens of the sequence that ``level`` has not evaluated yet (0 for the n-gram level)."""

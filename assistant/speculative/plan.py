@@ -45,9 +45,21 @@ class Drafting:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Hindsight:
+    """Of what a limited drafter (the n-gram level) had to propose at a round's start, how much the target's
+    tokens kept (``accepted`` of ``judged``), in a round where it did not draft for the target: free to judge
+    once the round's tokens are known, so that its acceptance follows the text in rounds it sat out too."""
+
+    drafter: int
+    accepted: int
+    judged: int
+
+
 @dataclass
 class RoundRecord:
     """What one target round measured, in the order it happened."""
 
     batches: list[Batch] = field(default_factory=list)
     drafts: list[Drafting] = field(default_factory=list)
+    hindsight: list[Hindsight] = field(default_factory=list)

@@ -11,7 +11,10 @@ A *limited* drafter (the n-gram level) proposes only what its match holds, often
 are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
 they waste and its long copied runs earn what they yield, instead of bending the acceptance. Drafting for the
 target it makes one request a round, at the end of the sequence, where its supply is known before the round:
-that round is predicted with it (a match of one token never passes for a typical long one).
+that round is predicted with it (a match of one token never passes for a typical long one). Its proposals
+cost nothing to judge once a round's tokens are known, so its pair with the target is measured every round,
+whatever the shape ran (``Hindsight``): a copied stretch of text is noticed as it starts, not when the n-gram
+level happens to be re-run.
 
 A batch longer than any verification is a level catching up on tokens it missed (a deferred prompt, or
 rounds it sat out): it goes to that level's catch-up rate, not to its batch costs, so that pricing a shape's
@@ -73,6 +76,8 @@ class CostModel:
             self.pairs[batch.level, batch.drafter].add(batch.accepted, batch.accepted + (batch.accepted < judged))
         for drafting in record.drafts:
             self.drafting[drafting.level].add(drafting.seconds, max(drafting.tokens, 1))
+        for seen in record.hindsight:
+            self.pairs[0, seen.drafter].add(seen.accepted, seen.judged)
 
     # --- what a plan needs besides the shape ------------------------------------------------------
     def room(self, level: int, length: int) -> int:
