@@ -38,7 +38,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     report = json.loads((out / "bench.json").read_text())
     workload = report["workloads"]["a"]
     keys = set(workload["runs"])
-    assert {"llama.cpp-plain", "target", "sd-draft", "sd-mxfp4", "mlsd", "mlsd-adaptive", "sd-draft-mxfp4",
+    assert {"llama.cpp-plain", "target", "sd-draft", "sd-mxfp4", "sd-ngram", "mlsd", "mlsd-adaptive", "sd-draft-mxfp4",
             "mlsd-adaptive-mxfp4", "mlsd-stock", "llama.cpp"} <= keys
     assert len(workload["llama_cpp_sweep"]) == 6  # three drafts (small BF16, small MXFP4, MXFP4 copy) x two lengths
     assert [level["role"] for level in workload["summary"]["mlsd-adaptive-mxfp4"]["levels"]] == [

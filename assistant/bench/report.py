@@ -13,7 +13,7 @@ from assistant import cpu
 from assistant.bench.pipelines import ADAPTIVE_GOAL, ADAPTIVE_RIVALS, BASELINE, LABELS, LLAMA_CPP, PAPER, PLAIN
 
 GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
-SINGLE_LEVEL = ("sd-draft", "sd-mxfp4", "sd-draft-mxfp4")
+SINGLE_LEVEL = ("sd-draft", "sd-mxfp4", "sd-draft-mxfp4", "sd-ngram")
 MULTI_LEVEL = ("mlsd", "mlsd-adaptive", "mlsd-adaptive-mxfp4")
 
 

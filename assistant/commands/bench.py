@@ -42,7 +42,7 @@ def add_arguments(parser):
                         "baseline: memory-bound runs take minutes per prompt)")
     parser.add_argument("--max-tokens", type=int, help="new tokens per prompt (default 128)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for every pipeline (default 2)")
-    parser.add_argument("--pipelines", help="comma-separated subset: target, sd-draft, sd-mxfp4, mlsd, "
+    parser.add_argument("--pipelines", help="comma-separated subset: target, sd-draft, sd-mxfp4, sd-ngram, mlsd, "
                         "mlsd-adaptive, sd-draft-mxfp4, mlsd-adaptive-mxfp4, sd-mxfp4-stock, mlsd-stock, "
                         "mlsd-adaptive-stock, llama.cpp (default: all)")
     parser.add_argument("--sweep-lengths", default="2,4,8", help="draft lengths tried for llama.cpp (default 2,4,8)")
