@@ -72,7 +72,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     oracle = workload["oracle"]
     assert oracle["pipeline"] in keys and oracle["roles"][0] == "target" and oracle["decode_seconds"] > 0
     assert oracle["speedup_geomean"] <= bound["speedup_geomean"] * 1.0001  # real drafts never beat perfect ones
-    assert "- oracle for " in text and "(no policy can)" in text
+    assert "- oracle for " in text and "(no policy can)" in text and "the same foresight within one shape" in text
 
 
 def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(tmp_path):
@@ -194,14 +194,16 @@ def test_oracle_bound_is_the_prompt_plus_the_least_decoding_per_prompt():
     chain = {"prompt_seconds": 1.0, "new_tokens": 4, "seconds": 3.0, "tokens_per_second": 4 / 3.0}
     runs = {"target": [target, target], "chain": [chain, chain],
             "llama.cpp": [{"tokens_per_second": 1.0}, {"tokens_per_second": 2.0}]}
-    inputs = {"pipeline": "chain", "roles": ["target", "ngram"], "costs": [None, None],
-              "runs": [[None, [4, 3, 2, 1]], [None, [0, 0, 0, 0]]]}
+    inputs = {"pipeline": "chain", "roles": ["target", "ngram", "lookup"], "costs": [None, None, None],
+              "runs": [[None, [4, 3, 2, 1], [0, 0, 0, 0]], [None, [0, 0, 0, 0], [0, 1, 0, 0]]]}
     bound = oracle.oracle(runs, {"1": 1.0, "2": 1.0, "3": 1.2, "4": 1.5, "5": 1.5}, inputs, light=2.0)
-    # prompt 1: 1 s + one round of 4 drafted (1.5 s); prompt 2: 1 s + 4 x 1 s
-    assert bound["decode_seconds"] == pytest.approx(5.5) and bound["policy_decode_seconds"] == pytest.approx(4.0)
-    assert bound["speedup_geomean"] == pytest.approx((5 / 2.5 * 5 / 5) ** 0.5)
-    assert bound["over_llama_cpp_geomean"] == pytest.approx((4 / 2.5 / 1.0 * 4 / 5 / 2.0) ** 0.5)
-    assert bound["speed_of_light"] == pytest.approx((4 / 2.5 + 4 / 5) / 2 / 2.0)
+    # prompt 1: 1 s + one round of 4 drafted (1.5 s); prompt 2: 1 s + 3 x 1 s (the second proposer's one token)
+    assert bound["decode_seconds"] == pytest.approx(4.5) and bound["policy_decode_seconds"] == pytest.approx(4.0)
+    # each shape alone: the first proposer alone misses prompt 2's token; the second alone has prompt 1 to do alone
+    assert bound["shape_decode_seconds"] == pytest.approx({"target<-ngram": 5.5, "target<-lookup": 7.0})
+    assert bound["speedup_geomean"] == pytest.approx((5 / 2.5 * 5 / 4.0) ** 0.5)
+    assert bound["over_llama_cpp_geomean"] == pytest.approx((4 / 2.5 / 1.0 * 4 / 4.0 / 2.0) ** 0.5)
+    assert bound["speed_of_light"] == pytest.approx((4 / 2.5 + 4 / 4.0) / 2 / 2.0)
     assert oracle.oracle(runs, None, inputs) is None and oracle.oracle(runs, {"1": 1.0}, None) is None
 
 

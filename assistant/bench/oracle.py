@@ -8,12 +8,17 @@ evaluating 1..16 new tokens. By dynamic programming it finds the cheapest sequen
 drafts for which, how many tokens) that produces the answer. It never proposes a token that fails, drafts
 without catching a cache up and coordinates for free, so no policy over these levels can beat it: what
 lies between it and a goal needs better drafts or faster evaluation, not a better policy.
+
+The same bound for each shape (the target and a subset of the levels below it) says where that foresight
+pays: where one shape's bound is close to the chain's, knowing *which* shape to run matters little, and what
+is left is knowing where each draft fails, which only hindsight has.
 """
 
 from __future__ import annotations
 
 import sys
 from functools import lru_cache
+from itertools import combinations
 
 from assistant.bench.ceiling import against
 from assistant.bench.pipelines import BASELINE
@@ -64,12 +69,21 @@ def oracle(runs: dict[str, list[dict]], verify_seconds: dict | None, inputs: dic
         return None
     costs = [{int(n): s for n, s in level.items()} if level is not None else None for level in inputs["costs"]]
     costs[0] = {int(n): s for n, s in verify_seconds.items()}
-    decode = [least_seconds(prompt_runs, costs, min([r["new_tokens"], *map(len, prompt_runs[1:])]))
-              for prompt_runs, r in zip(inputs["runs"], baseline)]
+    lengths = [min([r["new_tokens"], *map(len, prompt_runs[1:])]) for prompt_runs, r in zip(inputs["runs"], baseline)]
+    decode = [least_seconds(prompt_runs, costs, n) for prompt_runs, n in zip(inputs["runs"], lengths)]
+    roles = inputs["roles"]
+    shapes = {}
+    for size in range(1, len(roles) - 1):  # the whole chain is ``decode`` itself
+        for below in combinations(range(1, len(roles)), size):
+            shape = (0, *below)
+            shapes["<-".join(roles[level] for level in shape)] = sum(
+                least_seconds([prompt_runs[level] for level in shape], [costs[level] for level in shape], n)
+                for prompt_runs, n in zip(inputs["runs"], lengths))
     policy = runs.get(inputs["pipeline"], [])
     return {
         "pipeline": inputs["pipeline"],
-        "roles": inputs["roles"],
+        "roles": roles,
         "decode_seconds": sum(decode),
+        "shape_decode_seconds": shapes,
         "policy_decode_seconds": sum(r["seconds"] - r["prompt_seconds"] for r in policy) if policy else None,
     } | against(runs, decode, light)

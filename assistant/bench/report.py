@@ -214,10 +214,16 @@ def _oracle(bound: dict | None) -> list[str]:
         return []
     policy = bound.get("policy_decode_seconds")
     against = f" against the policy's {policy:.1f} s" if policy is not None else ""
-    return [f"- oracle for {LABELS.get(bound['pipeline'], bound['pipeline'])}, knowing in advance where each of "
-            f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {_bound_ratios(bound)} "
-            f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
-            f"{bound['decode_seconds']:.1f} s{against})"]
+    lines = [f"- oracle for {LABELS.get(bound['pipeline'], bound['pipeline'])}, knowing in advance where each of "
+             f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {_bound_ratios(bound)} "
+             f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
+             f"{bound['decode_seconds']:.1f} s{against})"]
+    shapes = bound.get("shape_decode_seconds")
+    if shapes:
+        best = sorted(shapes.items(), key=lambda item: item[1])
+        lines.append("  - the same foresight within one shape, the answers' decoding: "
+                     + ", ".join(f"{shape} {seconds:.1f} s" for shape, seconds in best))
+    return lines
 
 
 def _bound_ratios(bound: dict) -> str:
