@@ -115,6 +115,48 @@ class Supply:
         return [share / total for share in shares]
 
 
+class RunLength:
+    """How many of a limited proposer's tokens a verifier keeps before rejecting one: a decayed histogram of the
+    kept runs. A prompt-lookup match is either the text being copied, kept for a long stretch, or a guess that
+    fails at once; one acceptance per token, compounded, would price every request as the same mixture.
+
+    A run that ended with the proposal itself (all kept) says only "at least that long"; such censored runs
+    count among those still going up to their length, as a Kaplan-Meier estimate takes them.
+    """
+
+    def __init__(self, decay: float):
+        self.decay = decay
+        self.ended: dict[int, float] = {}  # kept -> weight, of runs ended by a rejection
+        self.cut: dict[int, float] = {}  # kept -> weight, of runs the proposal's end cut short
+
+    def add(self, kept: int, rejected: bool) -> None:
+        for table in (self.ended, self.cut):
+            for length in table:
+                table[length] *= self.decay
+        table = self.ended if rejected else self.cut
+        table[kept] = table.get(kept, 0.0) + 1.0
+
+    def shrink(self, weight: float) -> None:
+        """Keep the histogram's shape but count it as at most ``weight`` runs."""
+        total = sum(self.ended.values()) + sum(self.cut.values())
+        if total > weight:
+            scale = weight / total
+            self.ended = {length: share * scale for length, share in self.ended.items()}
+            self.cut = {length: share * scale for length, share in self.cut.items()}
+
+    def lasting(self, most: int, acceptance: float, prior_weight: float = 1.0) -> list[float]:
+        """P(run >= j) for j = 0..``most``: at each length the chance of a rejection among the runs that reached
+        it, pulled towards 1 - ``acceptance`` as if ``prior_weight`` more runs had reached it (which is all there
+        is past the longest run seen)."""
+        lasting = [1.0]
+        for length in range(most):
+            reached = sum(w for kept, w in self.ended.items() if kept >= length)
+            reached += sum(w for kept, w in self.cut.items() if kept >= length)
+            ended = self.ended.get(length, 0.0) + (1.0 - acceptance) * prior_weight
+            lasting.append(lasting[-1] * (1.0 - ended / (reached + prior_weight)))
+        return lasting
+
+
 class AnswerLength:
     """How many tokens a generation produces, for pricing a catch-up against the rest of an answer.
 

@@ -9,7 +9,9 @@ steps between its levels (the smallest of their acceptances: optimistic, so that
 
 A *limited* drafter (the n-gram level) proposes only what its match holds, often less than asked: its pairs
 are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
-they waste and its long copied runs earn what they yield, instead of bending the acceptance. Drafting for the
+they waste and its long copied runs earn what they yield, instead of bending the acceptance. What a verifier
+keeps of its proposals is no compounding acceptance either (a copied stretch is kept whole, a guess fails at
+once): it is predicted from the measured ``RunLength`` of the runs kept. Drafting for the
 target it makes one request a round, at the end of the sequence, where its supply is known before the round:
 that round is predicted with it (a match of one token never passes for a typical long one). Its proposals
 cost nothing to judge once a round's tokens are known, so its pair with the target is measured every round,
@@ -26,7 +28,7 @@ generation starts from the previous one's ratios at a small weight.
 
 from __future__ import annotations
 
-from assistant.speculative.measurements import BatchCost, Rate, Supply
+from assistant.speculative.measurements import BatchCost, Rate, RunLength, Supply
 from assistant.speculative.plan import RoundRecord
 
 MAX_DRAFT = 15  # a batch of 16: one column chunk of the BF16 kernel
@@ -48,9 +50,10 @@ class CostModel:
         self.catching = [Rate(decay) for _ in range(n_levels)]  # seconds per token of batches past a verification
         self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
         self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
+        self.runs = {(v, d): RunLength(decay) for (v, d) in self.pairs if d in self.supply}  # kept of theirs
 
     def begin_generation(self) -> None:
-        for measured in (*self.pairs.values(), *self.supply.values()):
+        for measured in (*self.pairs.values(), *self.supply.values(), *self.runs.values()):
             measured.shrink(GENERATION_PRIOR)
 
     def learn(self, record: RoundRecord) -> None:
@@ -71,6 +74,8 @@ class CostModel:
             judged = batch.drafted
             if batch.drafter in self.supply:
                 self.supply[batch.drafter].add(batch.drafted, batch.exhausted)
+                if batch.drafted:
+                    self.runs[batch.level, batch.drafter].add(batch.accepted, batch.accepted < batch.drafted)
             else:
                 judged = max(batch.drafted, 1)
             self.pairs[batch.level, batch.drafter].add(batch.accepted, batch.accepted + (batch.accepted < judged))
@@ -78,6 +83,7 @@ class CostModel:
             self.drafting[drafting.level].add(drafting.seconds, max(drafting.tokens, 1))
         for seen in record.hindsight:
             self.pairs[0, seen.drafter].add(seen.accepted, seen.judged)
+            self.runs[0, seen.drafter].add(seen.accepted, seen.accepted < seen.judged)
 
     # --- what a plan needs besides the shape ------------------------------------------------------
     def room(self, level: int, length: int) -> int:
@@ -179,7 +185,8 @@ class CostModel:
     def _best_limited_length(self, verifier: int, drafter: int, per_draft: float, acceptance: float,
                              known: int | None = None) -> tuple[int, float]:
         """As ``_best_length``, over the drafter's measured supply (or the ``known`` one): asked for k, it yields
-        n = min(k, what it has) drafts, for a batch of n + 1 and 1 + a + ... + a^n expected tokens."""
+        n = min(k, what it has) drafts, for a batch of n + 1 and 1 + P(run >= 1) + ... + P(run >= n) expected
+        tokens, from the runs this verifier kept of its proposals (``acceptance`` where none was seen)."""
         cost = self.cost[verifier]
         if known is None:
             chance = self.supply[drafter].distribution(self.max_length)
@@ -187,9 +194,10 @@ class CostModel:
             chance = [0.0] * (self.max_length + 1)
             chance[min(known, self.max_length)] = 1.0
         spent = [cost.seconds(n + 1) + n * per_draft for n in range(self.max_length + 1)]
+        lasting = self.runs[verifier, drafter].lasting(self.max_length, acceptance)
         gains = [1.0]
         for n in range(1, self.max_length + 1):
-            gains.append(gains[-1] + acceptance**n)
+            gains.append(gains[-1] + lasting[n])
         best_k, best_seconds = 1, float("inf")
         short_spent = short_gain = 0.0  # over the requests whose supply is below k
         filled = 1.0  # the chance that the supply fills a request for k
