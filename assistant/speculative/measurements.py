@@ -128,8 +128,10 @@ class RunLength:
         self.decay = decay
         self.ended: dict[int, float] = {}  # kept -> weight, of runs ended by a rejection
         self.cut: dict[int, float] = {}  # kept -> weight, of runs the proposal's end cut short
+        self._lasting: dict[tuple, list[float]] = {}  # worked out, until the next change
 
     def add(self, kept: int, rejected: bool) -> None:
+        self._lasting.clear()
         for table in (self.ended, self.cut):
             for length in table:
                 table[length] *= self.decay
@@ -140,6 +142,7 @@ class RunLength:
         """Keep the histogram's shape but count it as at most ``weight`` runs."""
         total = sum(self.ended.values()) + sum(self.cut.values())
         if total > weight:
+            self._lasting.clear()
             scale = weight / total
             self.ended = {length: share * scale for length, share in self.ended.items()}
             self.cut = {length: share * scale for length, share in self.cut.items()}
@@ -148,13 +151,17 @@ class RunLength:
         """P(run >= j) for j = 0..``most``: at each length the chance of a rejection among the runs that reached
         it, pulled towards 1 - ``acceptance`` as if ``prior_weight`` more runs had reached it (which is all there
         is past the longest run seen)."""
-        lasting = [1.0]
-        for length in range(most):
-            reached = sum(w for kept, w in self.ended.items() if kept >= length)
-            reached += sum(w for kept, w in self.cut.items() if kept >= length)
-            ended = self.ended.get(length, 0.0) + (1.0 - acceptance) * prior_weight
-            lasting.append(lasting[-1] * (1.0 - ended / (reached + prior_weight)))
-        return lasting
+        key = (most, acceptance, prior_weight)
+        if key not in self._lasting:
+            lasting = [1.0]
+            reached = sum(self.ended.values()) + sum(self.cut.values())  # runs of this length or longer
+            for length in range(most):
+                ended = self.ended.get(length, 0.0)
+                prior = (1.0 - acceptance) * prior_weight
+                lasting.append(lasting[-1] * (1.0 - (ended + prior) / (max(reached, 0.0) + prior_weight)))
+                reached -= ended + self.cut.get(length, 0.0)
+            self._lasting[key] = lasting
+        return self._lasting[key]
 
 
 class AnswerLength:

@@ -51,6 +51,7 @@ class CostModel:
         self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
         self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
         self.runs = {(v, d): RunLength(decay) for (v, d) in self.pairs if d in self.supply}  # kept of theirs
+        self._tables: dict[int, list[float]] = {}  # per level, batch seconds by size, until the next record
 
     def begin_generation(self) -> None:
         for measured in (*self.pairs.values(), *self.supply.values(), *self.runs.values()):
@@ -64,6 +65,7 @@ class CostModel:
         threshold) counts as one rejection. A limited drafter's tokens per request go to its ``Supply``
         instead, and a request it could not fill counts as a rejection where its match ran out.
         """
+        self._tables.clear()
         for batch in record.batches:
             if batch.drafter is None and batch.size > self.max_length + 1:
                 self.catching[batch.level].add(batch.seconds, batch.size)
@@ -164,6 +166,14 @@ class CostModel:
             return self.drafting[level].value()
         return self.cost[level].seconds(1) if self.cost[level].known else None
 
+    def _table(self, level: int) -> list[float]:
+        """``table[n]``: the level's predicted seconds for a batch of n (n >= 1), worked out once per record
+        (every plan predicts every shape, and shapes share their levels)."""
+        if level not in self._tables:
+            cost = self.cost[level]
+            self._tables[level] = [0.0] + [cost.seconds(n) for n in range(1, self.max_length + 2)]
+        return self._tables[level]
+
     def _best_length(self, verifier: int, drafter: int, per_draft: float,
                      known: int | None = None) -> tuple[int, float]:
         """The draft length for ``verifier`` and the seconds per token it then achieves; ``known``: a limited
@@ -171,13 +181,13 @@ class CostModel:
         acceptance = self.acceptance(verifier, drafter)
         if drafter in self.supply:
             return self._best_limited_length(verifier, drafter, per_draft, acceptance, known)
-        cost = self.cost[verifier]
+        batch = self._table(verifier)
         best_k, best_seconds = 1, float("inf")
         gain = power = 1.0  # expected tokens from k drafts, built up incrementally
         for k in range(1, self.max_length + 1):
             power *= acceptance
             gain += power
-            seconds = (cost.seconds(k + 1) + k * per_draft) / gain
+            seconds = (batch[k + 1] + k * per_draft) / gain
             if seconds < best_seconds:
                 best_k, best_seconds = k, seconds
         return best_k, best_seconds
@@ -187,13 +197,13 @@ class CostModel:
         """As ``_best_length``, over the drafter's measured supply (or the ``known`` one): asked for k, it yields
         n = min(k, what it has) drafts, for a batch of n + 1 and 1 + P(run >= 1) + ... + P(run >= n) expected
         tokens, from the runs this verifier kept of its proposals (``acceptance`` where none was seen)."""
-        cost = self.cost[verifier]
+        batch = self._table(verifier)
         if known is None:
             chance = self.supply[drafter].distribution(self.max_length)
         else:
             chance = [0.0] * (self.max_length + 1)
             chance[min(known, self.max_length)] = 1.0
-        spent = [cost.seconds(n + 1) + n * per_draft for n in range(self.max_length + 1)]
+        spent = [batch[n + 1] + n * per_draft for n in range(self.max_length + 1)]
         lasting = self.runs[verifier, drafter].lasting(self.max_length, acceptance)
         gains = [1.0]
         for n in range(1, self.max_length + 1):
