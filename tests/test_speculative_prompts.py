@@ -70,8 +70,9 @@ def test_a_middle_level_planned_late_catches_up_on_the_prompt_in_a_batch_of_its_
 
 
 def test_an_adaptive_chain_still_runs_a_drafter_that_repays_its_prompt(bench_gguf, target_pipeline):
-    """The trained small draft pays on these prompts: on a second answer, whose prompt it has not evaluated,
-    the policy still plans it, it catches up, and the answer is the target's."""
+    """The trained small draft pays on these prompts (where the n-gram level has nothing to copy): on a second
+    answer, whose prompt it has not evaluated, the policy still plans it, it catches up, and the answer is the
+    target's."""
     messages = [bench_messages(index) for index in (0, 1)]
     expected = [target_pipeline.chat(m, max_tokens=96).finish().tokens for m in messages]
     with Pipeline.load([bench_gguf["target_bf16"], bench_gguf["draft_bf16"]], n_ctx=1024, threads=1) as pipeline:
@@ -82,8 +83,7 @@ def test_an_adaptive_chain_still_runs_a_drafter_that_repays_its_prompt(bench_ggu
         assert len(draft.tokens) >= prompt  # it evaluated the second prompt, in a round that planned it
     assert [answer.tokens for answer in answers] == expected
     second = answers[1].stats
-    assert sum(rounds for shape, rounds in second.shapes.items() if "draft1" in shape) >= 2
-    assert second.levels[1].proposed > 0
+    assert any("draft1" in shape for shape in second.shapes) and second.levels[1].proposed > 0
 
 
 def test_the_ngram_level_is_judged_in_rounds_it_sits_out(bench_gguf, expected):

@@ -149,15 +149,20 @@ class RunLength:
 
     def lasting(self, most: int, acceptance: float, prior_weight: float = 1.0) -> list[float]:
         """P(run >= j) for j = 0..``most``: at each length the chance of a rejection among the runs that reached
-        it, pulled towards 1 - ``acceptance`` as if ``prior_weight`` more runs had reached it (which is all there
-        is past the longest run seen)."""
+        it, pulled as if ``prior_weight`` more runs had reached it towards a prior: for the first token
+        1 - ``acceptance``, after it the rejections per kept token of the runs under way (a copy that has
+        started tends to go on; one acceptance for all would carry the guesses' failures into every long run).
+        Past the longest run seen the prior is all there is."""
         key = (most, acceptance, prior_weight)
         if key not in self._lasting:
+            later = sum(share for kept, share in self.ended.items() if kept)
+            exposure = sum(kept * share for table in (self.ended, self.cut) for kept, share in table.items())
+            going_on = later / exposure if exposure > 0 else 1.0 - acceptance
             lasting = [1.0]
             reached = sum(self.ended.values()) + sum(self.cut.values())  # runs of this length or longer
             for length in range(most):
                 ended = self.ended.get(length, 0.0)
-                prior = (1.0 - acceptance) * prior_weight
+                prior = (going_on if length else 1.0 - acceptance) * prior_weight
                 lasting.append(lasting[-1] * (1.0 - (ended + prior) / (max(reached, 0.0) + prior_weight)))
                 reached -= ended + self.cut.get(length, 0.0)
             self._lasting[key] = lasting
