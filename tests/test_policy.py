@@ -236,21 +236,22 @@ def copy_or_guess(rng: random.Random, drafted: int) -> int:
     return drafted if rng.random() < 0.5 else 0
 
 
-def test_the_ngram_level_is_priced_by_the_runs_kept_not_a_compounding_acceptance():
-    """Half the n-gram level's proposals are kept whole, half fail at once: per token that reads as a high
-    acceptance (most judged tokens are kept), which compounded over a long proposal prices every request as
-    a long run half the time it is none. Priced by the runs kept, the adaptive chain is within 5% of the best
-    fixed pipeline (means over five seeds of 30 answers)."""
+@pytest.mark.parametrize("supply", [matches_of_any_length, lambda rng: MAX_DRAFT], ids=["any length", "long"])
+def test_the_ngram_level_is_priced_by_the_runs_kept_not_a_compounding_acceptance(supply):
+    """Half the n-gram level's proposals are kept whole, half fail at once. Priced by the runs kept, and past
+    the longest run seen by how runs under way go on (not by the first token's chance, which carries the
+    guesses' failures into every copy: a request kept whole at 4 tokens then capped the next ones at 4), the
+    adaptive chain is within 3% of the best fixed pipeline, the n-gram level alone at 15 with long matches
+    (means over five seeds of 30 answers; it was 0.93x with a compounding acceptance)."""
     cost = [TARGET, SMALL, NGRAM]
-    acceptance = {(0, 1): 0.7, (0, 2): copy_or_guess, (1, 2): copy_or_guess}
+    acceptance = {(0, 1): 0.9, (0, 2): copy_or_guess, (1, 2): copy_or_guess}
     adaptive, fixed = [], []
     for seed in range(5):
-        adaptive.append(Machine(cost, acceptance, seed, {2: matches_of_any_length}, tells_supply=True)
+        adaptive.append(Machine(cost, acceptance, seed, {2: supply}, tells_supply=True)
                         .generate(AdaptivePolicy(len(cost), limited=[2]), 30))
-        fixed.append(min(Machine(cost, acceptance, seed, {2: matches_of_any_length})
-                         .generate(FixedShape(k, len(cost), shape), 30)
+        fixed.append(min(Machine(cost, acceptance, seed, {2: supply}).generate(FixedShape(k, len(cost), shape), 30)
                          for k in (4, 8, 15) for shape in ((0, 1, 2), (0, 2), (0, 1))))
-    assert sum(adaptive) <= sum(fixed) / 0.95, (adaptive, fixed)
+    assert sum(adaptive) <= sum(fixed) / 0.97, (adaptive, fixed)
 
 
 def test_a_known_supply_prices_the_round_it_drafts_for():
