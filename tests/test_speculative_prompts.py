@@ -110,3 +110,24 @@ def test_the_ngram_level_is_judged_in_rounds_it_sits_out(bench_gguf, expected):
         seen.append(accepted)
         position += made
     assert position == len(answer.tokens) and any(seen)
+
+
+def test_a_rounds_ngram_lookup_is_made_once(bench_gguf, expected):
+    """Target <- n-gram level: the proposal the policy was told of before the round is the one the target
+    verifies, looked up once a round; the answer is the target's."""
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=1024, threads=1, ngram=True) as pipeline:
+        policy = pipeline.policy = Shapes(2, [(0, 1)])
+        level = pipeline.levels[1]
+        lookups = []
+        propose = level.propose
+        level.propose = lambda sequence, count: lookups.append(propose(sequence, count)) or lookups[-1]
+        answer = pipeline.chat(bench_messages(0), max_tokens=48).finish()
+    assert answer.tokens == expected[0]
+    assert len(lookups) == len(policy.records)
+    made, wanted = 0, []
+    for record, proposal in zip(policy.records, lookups):
+        (batch,) = [batch for batch in record.batches if batch.level == 0]
+        wanted.append(min(len(proposal), 4, 48 - made - 1))  # the last rounds ask only what the limit leaves
+        made += batch.accepted + 1
+    drafted = [batch.drafted for record in policy.records for batch in record.batches if batch.level == 0]
+    assert drafted == wanted and any(drafted)

@@ -32,6 +32,7 @@ class Chain:
         self.origins: list[int] = []
         self.sampler: Sampler | None = None
         self.record = RoundRecord()
+        self.proposed: tuple[int, dict] = (-1, {})  # (sequence length, proposals) at the round's start
 
     def start(self, sequence, sampling, policy) -> None:
         """Begin a generation over ``sequence`` (the prompt tokens), planned round by round by ``policy``."""
@@ -74,6 +75,7 @@ class Chain:
         plan = self.policy.plan([self._behind(level) for level in self.levels], room,
                                 {index: len(proposal) for index, proposal in proposals.items()})
         self.record = RoundRecord()
+        self.proposed = (base, proposals)
         self._verify(plan, 0, room, 0)
         self._judge_in_hindsight(plan, proposals, base)
         self.policy.record(self.record)
@@ -149,7 +151,11 @@ class Chain:
         sequence = self.sequence
         began = time.perf_counter()
         if not level.is_model:
-            proposal = level.propose(sequence, count)
+            at, proposals = self.proposed
+            if at == len(sequence) and index in proposals:  # the round's first request: looked up already
+                proposal = proposals[index][:count]
+            else:
+                proposal = level.propose(sequence, count)
             for token in proposal:
                 self._append(token, index)
             self.record.drafts.append(Drafting(index, len(proposal), time.perf_counter() - began))

@@ -11,9 +11,9 @@ A *limited* drafter (the n-gram level) proposes only what its match holds, often
 are predicted over the measured ``Supply`` of tokens per request, so that its misses cost the verification
 they waste and its long copied runs earn what they yield, instead of bending the acceptance. What a verifier
 keeps of its proposals is no compounding acceptance either (a copied stretch is kept whole, a guess fails at
-once): it is predicted from the measured ``RunLength`` of the runs kept. Drafting for the
-target it makes one request a round, at the end of the sequence, where its supply is known before the round:
-that round is predicted with it (a match of one token never passes for a typical long one). Its proposals
+once): it is predicted from the measured ``RunLength`` of the runs kept. Drafting for the target it makes one
+request a round, at the end of the sequence, where its supply is known before the round: that round is
+predicted with it (a match of one token never passes for a typical long one). Its proposals
 cost nothing to judge once a round's tokens are known, so its pair with the target is measured every round,
 whatever the shape ran (``Hindsight``): a copied stretch of text is noticed as it starts, not when the n-gram
 level happens to be re-run.
