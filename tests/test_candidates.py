@@ -33,6 +33,8 @@ def test_rows_rebuilt_from_the_devices_top_candidates_give_the_full_rows_distrib
         draft = model.tokenize("        total += value\n    return total / len(values)\n", add_special=False)[:8]
         sequence = TokenSequence(prompt + draft)
         first = len(prompt) - 1
+        for context in (chooser, plain):  # then every evaluation below is one verification-sized batch, as in a
+            context.evaluate(TokenSequence(prompt), first)  # chain (a prompt-sized one may round otherwise)
         full = np.array(plain.evaluate(sequence, first))
         assert (full.argmax(axis=1) >= shared).any()  # the candidates must not look past the shared vocabulary
         for sampling in SAMPLINGS:
