@@ -7,6 +7,7 @@ on an AVX2 laptop, an AVX-512 or AMX server and an ARM64 machine.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 from dataclasses import dataclass
@@ -126,3 +127,13 @@ def kernel_warnings(description: str, environ=os.environ) -> list[str]:
             warnings.append(f"{kind.upper()} runs llama.cpp's stock kernel: this CPU has no fast path of ours for it "
                             f"(ours need {FAST_PATH_NEEDS.get(kind, 'AVX2 and FMA on x86-64')})")
     return warnings
+
+
+def kernel_choices_path(environ=os.environ) -> Path:
+    """Where this CPU's measured kernel choices are kept (native/src/bf16-gemm.cpp, ``remembered``): one file per
+    CPU model, in the user's cache, so every process on this machine takes the same path and rounds alike."""
+    first = (cpuinfo_records() or [{}])[0]
+    identity = "|".join([this_cpu().model, *(first.get(key, "") for key in ("cpu family", "model", "stepping")),
+                         " ".join(sorted(this_cpu().flags))])
+    cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "assistant" / "kernel-choices" / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.txt"

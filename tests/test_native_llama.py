@@ -331,3 +331,35 @@ def test_our_engine_keeps_the_backends_llama_cpp_loaded():
     assert run.returncode == 0, run.stderr[-2000:]
     at_import, in_use = run.stdout.splitlines()
     assert at_import == in_use and at_import.startswith("2 ") and Path(in_use.split()[1]).parent == backend.lib_dir()
+
+
+def test_measured_kernel_choices_are_kept_for_the_machine(tmp_path):
+    """A choice our kernels make by timing (vdpbf16ps or widening + FMA, on CPUs with AVX512-BF16) decides the
+    logits' bits, so the first process's verdict is kept in the file ASSISTANT_KERNEL_CHOICES names and later
+    processes take it, whatever they would measure (ASSISTANT_BF16_TEST_NO_AMX: an AMX Xeon measures too).
+    A CPU without AVX512-BF16 measures nothing, and nothing is written."""
+    from assistant.cpu import this_cpu
+
+    choices = tmp_path / "choices.txt"
+
+    def bf16_path() -> str:
+        code = "from assistant.engine.batch_invariance import kernels_in_use; print(kernels_in_use()['bf16'])"
+        env = dict(os.environ, ASSISTANT_KERNEL_CHOICES=str(choices), ASSISTANT_BF16_TEST_NO_AMX="1")
+        env.pop("ASSISTANT_BF16_TEST_DOT_FASTER", None)
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()[-1]
+
+    first = bf16_path()
+    if "avx512_bf16" not in this_cpu().flags:
+        assert not choices.exists() and first != "avx512-bf16"
+        return
+    kept = dict(line.split("=") for line in choices.read_text().splitlines())
+    assert kept.keys() == {"bf16-verify-dot", "bf16-prompt-dot"} and set(kept.values()) <= {"0", "1"}
+    assert kept["bf16-verify-dot"] == str(int(first == "avx512-bf16"))
+    for verdict, expected in (("0", "avx512"), ("1", "avx512-bf16"), ("0", "avx512")):
+        text = f"bf16-prompt-dot=1\nbf16-verify-dot={verdict}\n"
+        choices.write_text(text)
+        assert bf16_path() == expected
+        assert choices.read_text() == text

@@ -55,9 +55,10 @@ def run(args) -> int:
     row("CPU features", "  ".join(f"{name} {'yes' if flag in this.flags else 'no'}" for flag, name in cpu.FEATURES.items()))
 
     try:
-        import llama_cpp
-
         from assistant.engine import backend
+
+        backend.keep_kernel_choices()
+        import llama_cpp
 
         row("llama-cpp-python", f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})")
         backend.llama()
@@ -70,6 +71,10 @@ def run(args) -> int:
             paths = cpu.kernel_paths(description)
             fast = [kind for kind, path in paths.items() if path not in ("stock", "scalar")]
             row("our kernels", f"{description} ({'active' if fast else 'not in use'})")
+            choices = Path(os.environ.get(backend.CHOICES_VARIABLE) or "")
+            if choices.is_file():  # written where this CPU measured a choice (AVX512-BF16 without AMX)
+                kept = " ".join(choices.read_text().split())
+                row("kernel choices", f"{kept} (measured once for this CPU, kept in {choices})")
             warnings += cpu.kernel_warnings(description)
         except LookupError as error:
             row("our kernels", "missing")

@@ -25,9 +25,29 @@ _LOG_LEVEL_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4
 recent_errors: collections.deque[str] = collections.deque(maxlen=8)
 
 
+CHOICES_VARIABLE = "ASSISTANT_KERNEL_CHOICES"
+
+
+def keep_kernel_choices() -> None:
+    """Name the file our kernels keep their measured choices in (assistant/cpu.py), unless one is named: called
+    before llama_cpp is imported, as its CPU backend measures when it loads. Where the cache cannot be written,
+    each process measures for itself."""
+    if os.environ.get(CHOICES_VARIABLE) is not None:
+        return
+    from assistant.cpu import kernel_choices_path
+
+    path = kernel_choices_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    os.environ[CHOICES_VARIABLE] = str(path)  # programs we start (llama-bench) take the same choices
+
+
 def llama():
     """The llama_cpp bindings module, with the backend initialised."""
     global _ready, _log_callback
+    keep_kernel_choices()
     import llama_cpp
 
     if not _ready:
@@ -60,6 +80,7 @@ VARIANT_VARIABLE = "ASSISTANT_CPU_VARIANT"
 
 def lib_dir() -> Path:
     """llama_cpp/lib: llama.cpp's libraries and, in the portable build, its backend modules."""
+    keep_kernel_choices()
     import llama_cpp
 
     return Path(llama_cpp.__file__).resolve().parent / "lib"

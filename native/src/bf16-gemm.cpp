@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -471,12 +473,12 @@ template <int... Cs> struct Avx2Table {
     static constexpr MicroFn fns[] = {micro_avx2<1, Cs>...};
 };
 
-// Which of two kernels does a fixed piece of work faster on this CPU: alternated, the best of 5 rounds each
+// Which of two kernels does a fixed piece of work faster on this CPU: alternated, the best of 25 rounds each
 // (interruptions only add time, so the best round is the kernel's own speed). True if the first.
 template <class First, class Second> bool first_is_faster(First first, Second second, int calls) {
     using clock    = std::chrono::steady_clock;
     double best[2] = {1e30, 1e30};
-    for (int round = 0; round < 5; ++round) {
+    for (int round = 0; round < 25; ++round) {
         for (int k = 0; k < 2; ++k) {
             const auto start = clock::now();
             for (int i = 0; i < calls; ++i) k == 0 ? first() : second();
@@ -520,11 +522,45 @@ bool measure_verify_dot() {
     return first_is_faster([&] { sixteen(tile_avx512bf16<8>); }, [&] { sixteen(tile_avx512<8>); }, 100);
 }
 
-// The measurement's verdict, or for tests ASSISTANT_BF16_TEST_DOT_FASTER=1|0 in its place (read at every
-// bf16_set_path(0), so a test can check both choices in one process).
+// A verdict kept for the machine. The two measurements above choose bits, not only speed (a path rounds the
+// logits, and a greedy answer follows them), and one made beside another process's vector work on the same
+// core can come out the other way, so two processes would answer the same question differently. Where
+// ASSISTANT_KERNEL_CHOICES names a file (assistant names one per CPU model: engine/backend.py), the first
+// process's verdict is written there as "key=0|1" and every later one takes it.
+bool remembered(const char * key, bool (*measure)()) {
+    const char * file = std::getenv("ASSISTANT_KERNEL_CHOICES");
+    if (file == nullptr || *file == '\0') return measure();
+    std::string text;
+    if (FILE * in = std::fopen(file, "r")) {
+        char   buffer[256];
+        size_t got;
+        while ((got = std::fread(buffer, 1, sizeof buffer, in)) > 0) text.append(buffer, got);
+        std::fclose(in);
+    }
+    const std::string prefix = std::string(key) + "=";
+    for (size_t at = 0; at < text.size();) {
+        const size_t end = std::min(text.find('\n', at), text.size());
+        if (text.compare(at, prefix.size(), prefix) == 0 && end > at + prefix.size()) return text[at + prefix.size()] == '1';
+        at = end + 1;
+    }
+    const bool verdict = measure();
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += prefix + (verdict ? "1\n" : "0\n");
+    // whole or not at all: written beside it, then renamed over it
+    const std::string part = std::string(file) + ".part" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+    if (FILE * out = std::fopen(part.c_str(), "w")) {
+        const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+        if (std::fclose(out) == 0 && written && std::rename(part.c_str(), file) == 0) return verdict;
+        std::remove(part.c_str());
+    }
+    return verdict;
+}
+
+// The verdict, or for tests ASSISTANT_BF16_TEST_DOT_FASTER=1|0 in its place (read at every bf16_set_path(0),
+// so a test can check both choices in one process).
 bool verify_dot_is_faster() {
     if (const char * given = std::getenv("ASSISTANT_BF16_TEST_DOT_FASTER")) return given[0] == '1';
-    static const bool measured = measure_verify_dot();
+    static const bool measured = remembered("bf16-verify-dot", measure_verify_dot);
     return measured;
 }
 
@@ -893,6 +929,13 @@ bool runnable(int path) {
     return path == BF16_PATH_SCALAR;
 }
 
+// Whether prompts take vdpbf16ps by default: measured at start-up with the decoding path's choice (not
+// within a prompt's graph, beside llama.cpp's other threads).
+bool prompt_dot_is_faster() {
+    static const bool measured = runnable(BF16_PATH_AVX512_BF16) && remembered("bf16-prompt-dot", bf16dot_is_faster);
+    return measured;
+}
+
 // The default: AMX where Linux grants it (every batch of up to 16 at the cost of one column); else, on a
 // CPU with AVX512-BF16, vdpbf16ps or widening plus FMA, whichever the start-up measurement finds faster
 // (one path per process: the two round differently); else the widest FMA path this machine runs.
@@ -902,7 +945,7 @@ int default_path() {
     const char * no_amx = std::getenv("ASSISTANT_BF16_TEST_NO_AMX");
     if (!(no_amx && no_amx[0] == '1') && runnable(BF16_PATH_AMX)) return BF16_PATH_AMX;
 #ifdef BF16_X86
-    if (runnable(BF16_PATH_AVX512_BF16) && verify_dot_is_faster()) return BF16_PATH_AVX512_BF16;
+    if (runnable(BF16_PATH_AVX512_BF16) && (prompt_dot_is_faster(), verify_dot_is_faster())) return BF16_PATH_AVX512_BF16;
 #endif
     for (int path : {BF16_PATH_AVX512, BF16_PATH_AVX2, BF16_PATH_NEON}) {
         if (runnable(path)) return path;
@@ -1003,7 +1046,7 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
 #ifdef BF16_X86
     if (N > kVerifyColumns && (path == BF16_PATH_AVX512_BF16 || path == BF16_PATH_AVX512 || path == BF16_PATH_AVX2)) {
         // Named, a path runs its own prompt kernel; by default, the faster of the two AVX-512 ones.
-        static const bool dot = runnable(BF16_PATH_AVX512_BF16) && bf16dot_is_faster();
+        const bool dot = prompt_dot_is_faster();
         const Prompt kind = path == BF16_PATH_AVX2                          ? Prompt::Avx2
                             : path == BF16_PATH_AVX512_BF16 || (dot && !forced()) ? Prompt::Bf16Dot
                                                                             : Prompt::Avx512;
