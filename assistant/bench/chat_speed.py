@@ -1,0 +1,130 @@
+"""The chat's speed against `assistant generate`'s on the same question and model set (issue 40).
+
+    python -m assistant.bench.chat_speed [--repeats 3] [--question TEXT] [--json]
+
+Each repeat runs `assistant generate --json` once and the chat once, alternating: the chat in a real terminal
+(a private tmux server, 120x40, as a user runs it), a fresh process each time, its answer read from the
+conversation store once complete (the store, not the screen, is polled: the measurement adds no terminal
+work), its conversation deleted after. Both use the data directory (ASSISTANT_HOME or the default) and
+`generate` is given the chat's settings: model set, levels, temperature, token limit, context. Prints
+tokens/s after the prompt for each run and the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+QUESTION = "Explain how a hash map works, in detail, with an example in Python."
+
+
+def after_prompt(stats: dict) -> float:
+    """Tokens/s once the prompt is in: what the two ways of asking share."""
+    return stats["new_tokens"] / max(stats["seconds"] - stats["prompt_seconds"], 1e-9)
+
+
+def generate_once(question: str, settings, env: dict) -> dict:
+    """`assistant generate` asked as the chat would ask (its settings; its system prompt when set)."""
+    from assistant import modelsets
+
+    levels = settings.level_count(len(modelsets.get(settings.model_set).levels))
+    command = [sys.executable, "-m", "assistant", "generate", "--json", "--temp", str(settings.temperature),
+               "--max-tokens", str(settings.max_tokens), "--ctx", str(settings.n_ctx), "--levels", str(levels)]
+    command += ["--model-set", settings.model_set] if settings.model_set else []
+    command += ["--system", settings.system_prompt] if settings.system_prompt else []
+    done = subprocess.run([*command, question], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"assistant generate failed: {done.stderr.strip()}")
+    return json.loads(done.stdout)["stats"]
+
+
+def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> dict:
+    """One fresh chat in tmux: wait until it is ready, ask, wait for the stored answer, quit."""
+    from assistant import home
+    from assistant.conversation.store import Store
+
+    database = home.database_path()
+    before = {row[0] for row in _answers(database)}
+    name = f"assistant-bench-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", name]
+    environment = " ".join(f"{key}={value}" for key, value in env.items() if key.startswith(("ASSISTANT_", "PYTHON")))
+    command = f"exec env -u COLUMNS -u LINES TERM=xterm-256color {environment} {sys.executable} -m assistant chat"
+    subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", command],
+                   check=True)
+    try:
+        subprocess.run([*tmux, "set-option", "-t", name, "window-size", "manual"], capture_output=True)
+        deadline = time.monotonic() + timeout
+        while "ready" not in _status_line(tmux, name):
+            if time.monotonic() > deadline:
+                raise SystemExit("the chat did not get ready")
+            time.sleep(0.5)
+        subprocess.run([*tmux, "send-keys", "-t", name, "-l", question], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", name, "Enter"], check=True)
+        while True:
+            fresh = [row for row in _answers(database) if row[0] not in before and row[1]]
+            if fresh:
+                message_id, _, stats, conversation = fresh[-1]
+                Store(database).delete(conversation)
+                return json.loads(stats)
+            if time.monotonic() > deadline:
+                raise SystemExit("the chat's answer did not complete")
+            time.sleep(0.5)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def _status_line(tmux: list[str], name: str) -> str:
+    """The line above the key legend at the foot of the screen."""
+    lines = subprocess.run([*tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+    return "".join(lines.rstrip().splitlines()[-2:-1])
+
+
+def _answers(database: Path) -> list[tuple[int, int, str, int]]:
+    """(id, complete, stats, conversation) of every stored assistant message with stats."""
+    if not database.exists():
+        return []
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        return connection.execute("SELECT id, complete, stats, conversation_id FROM messages "
+                                  "WHERE role = 'assistant' AND stats IS NOT NULL").fetchall()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assistant.bench.chat_speed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--question", default=QUESTION)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if shutil.which("tmux") is None:
+        raise SystemExit("chat_speed needs tmux")
+    from assistant import home
+    from assistant.conversation import settings as chat_settings
+
+    env = dict(os.environ, ASSISTANT_HOME=str(home.data_dir()))
+    settings = chat_settings.load()
+    rates = {"generate": [], "chat": []}
+    for repeat in range(args.repeats):
+        for way, once in (("generate", generate_once), ("chat", chat_once)):
+            stats = once(args.question, settings, env)
+            rates[way].append(after_prompt(stats))
+            print(f"{way:>8} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
+                  f"the prompt", file=sys.stderr, flush=True)
+    ratio = statistics.median(rates["chat"]) / statistics.median(rates["generate"])
+    if args.json:
+        print(json.dumps({"rates": rates, "chat_over_generate": ratio}))
+    else:
+        print(f"chat / generate (medians): {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
