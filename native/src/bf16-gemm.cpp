@@ -931,10 +931,12 @@ bool runnable(int path) {
 
 // Whether prompts take vdpbf16ps by default: measured at start-up with the decoding path's choice (not
 // within a prompt's graph, beside llama.cpp's other threads).
+#ifdef BF16_X86
 bool prompt_dot_is_faster() {
     static const bool measured = runnable(BF16_PATH_AVX512_BF16) && remembered("bf16-prompt-dot", bf16dot_is_faster);
     return measured;
 }
+#endif
 
 // The default: AMX where Linux grants it (every batch of up to 16 at the cost of one column); else, on a
 // CPU with AVX512-BF16, vdpbf16ps or widening plus FMA, whichever the start-up measurement finds faster
