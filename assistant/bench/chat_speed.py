@@ -7,7 +7,7 @@ Each repeat runs `assistant generate --json` once and the chat once, alternating
 conversation store once complete (the store, not the screen, is polled: the measurement adds no terminal
 work), its conversation deleted after. Both use the data directory (ASSISTANT_HOME or the default) and
 `generate` is given the chat's settings: model set, levels, temperature, token limit, context. Prints
-tokens/s after the prompt for each run and the ratio of the medians.
+tokens/s after the prompt for each run, the ratio of the medians and whether every run gave the same answer.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def generate_once(question: str, settings, env: dict) -> dict:
     done = subprocess.run([*command, question], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"assistant generate failed: {done.stderr.strip()}")
-    return json.loads(done.stdout)["stats"]
+    answer = json.loads(done.stdout)
+    return answer["stats"], answer["text"]
 
 
 def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> dict:
@@ -72,9 +73,9 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> dic
         while True:
             fresh = [row for row in _answers(database) if row[0] not in before and row[1]]
             if fresh:
-                message_id, _, stats, conversation = fresh[-1]
+                _, _, stats, conversation, text = fresh[-1]
                 Store(database).delete(conversation)
-                return json.loads(stats)
+                return json.loads(stats), text
             if time.monotonic() > deadline:
                 raise SystemExit("the chat's answer did not complete")
             time.sleep(0.5)
@@ -88,12 +89,12 @@ def _status_line(tmux: list[str], name: str) -> str:
     return "".join(lines.rstrip().splitlines()[-2:-1])
 
 
-def _answers(database: Path) -> list[tuple[int, int, str, int]]:
-    """(id, complete, stats, conversation) of every stored assistant message with stats."""
+def _answers(database: Path) -> list[tuple[int, int, str, int, str]]:
+    """(id, complete, stats, conversation, text) of every stored assistant message with stats."""
     if not database.exists():
         return []
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
-        return connection.execute("SELECT id, complete, stats, conversation_id FROM messages "
+        return connection.execute("SELECT id, complete, stats, conversation_id, content FROM messages "
                                   "WHERE role = 'assistant' AND stats IS NOT NULL").fetchall()
 
 
@@ -112,17 +113,21 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, ASSISTANT_HOME=str(home.data_dir()))
     settings = chat_settings.load()
     rates = {"generate": [], "chat": []}
+    answers = {"generate": set(), "chat": set()}
     for repeat in range(args.repeats):
         for way, once in (("generate", generate_once), ("chat", chat_once)):
-            stats = once(args.question, settings, env)
+            stats, text = once(args.question, settings, env)
             rates[way].append(after_prompt(stats))
+            answers[way].add(text)
             print(f"{way:>8} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
                   f"the prompt", file=sys.stderr, flush=True)
     ratio = statistics.median(rates["chat"]) / statistics.median(rates["generate"])
+    same = answers["generate"] == answers["chat"] and len(answers["chat"]) == 1
     if args.json:
-        print(json.dumps({"rates": rates, "chat_over_generate": ratio}))
+        print(json.dumps({"rates": rates, "chat_over_generate": ratio, "same_answer": same}))
     else:
-        print(f"chat / generate (medians): {ratio:.2f}x")
+        print(f"chat / generate (medians): {ratio:.2f}x; "
+              + ("every run gave the same answer" if same else "the answers differ between runs or ways"))
     return 0
 
 
