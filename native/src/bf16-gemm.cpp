@@ -19,6 +19,13 @@
 #include <string>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#    include <fcntl.h>
+#    include <sys/file.h>
+#    include <unistd.h>
+#    define BF16_FILE_LOCKS 1
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #    include <immintrin.h>
 #    define BF16_X86 1
@@ -527,9 +534,37 @@ bool measure_verify_dot() {
 // core can come out the other way, so two processes would answer the same question differently. Where
 // ASSISTANT_KERNEL_CHOICES names a file (assistant names one per CPU model: engine/backend.py), the first
 // process's verdict is written there as "key=0|1" and every later one takes it.
+// Processes that start together (the bench's workers) must not each measure and keep a verdict of their own:
+// reading, measuring and writing happen under an exclusive lock on a file beside the choices.
+class ChoicesLock {
+  public:
+    explicit ChoicesLock(const std::string & path) {
+#ifdef BF16_FILE_LOCKS
+        fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+        if (fd_ >= 0 && flock(fd_, LOCK_EX) != 0) {
+            close(fd_);
+            fd_ = -1;
+        }
+#else
+        (void) path;
+#endif
+    }
+    ~ChoicesLock() {
+#ifdef BF16_FILE_LOCKS
+        if (fd_ >= 0) close(fd_);  // closing releases the lock
+#endif
+    }
+    ChoicesLock(const ChoicesLock &)             = delete;
+    ChoicesLock & operator=(const ChoicesLock &) = delete;
+
+  private:
+    int fd_ = -1;
+};
+
 bool remembered(const char * key, bool (*measure)()) {
     const char * file = std::getenv("ASSISTANT_KERNEL_CHOICES");
     if (file == nullptr || *file == '\0') return measure();
+    const ChoicesLock lock(std::string(file) + ".lock");
     std::string text;
     if (FILE * in = std::fopen(file, "r")) {
         char   buffer[256];
