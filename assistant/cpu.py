@@ -133,7 +133,8 @@ def kernel_choices_path(environ=os.environ) -> Path:
     """Where this CPU's measured kernel choices are kept (native/src/bf16-gemm.cpp, ``remembered``): one file per
     CPU model, in the user's cache, so every process on this machine takes the same path and rounds alike."""
     first = (cpuinfo_records() or [{}])[0]
-    identity = "|".join([this_cpu().model, *(first.get(key, "") for key in ("cpu family", "model", "stepping")),
-                         " ".join(sorted(this_cpu().flags))])
+    this = this_cpu()
+    identity = "|".join([this.model, *(first.get(key, "") for key in ("cpu family", "model", "stepping")),
+                         " ".join(sorted(this.flags))])
     cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "assistant" / "kernel-choices" / f"{hashlib.sha256(identity.encode()).hexdigest()[:16]}.txt"

@@ -1,6 +1,9 @@
 """The engine over real llama.cpp contexts: text round trips, chat template, KV rollback, bad files."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -120,10 +123,6 @@ def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf, kerne
     threads. With our kernels: one row a step with our flash attention. With llama.cpp's stock kernels (a
     process of its own, as the kernel choice is made when ggml starts): two rows a step with the plain
     attention graph."""
-    import json
-    import subprocess
-    import sys
-
     path = str(bench_gguf["target_bf16"])
     if kernels == "ours":
         found = splits_that_differ(path)

@@ -32,8 +32,8 @@ def after_prompt(stats: dict) -> float:
     return stats["new_tokens"] / max(stats["seconds"] - stats["prompt_seconds"], 1e-9)
 
 
-def generate_once(question: str, settings, env: dict) -> dict:
-    """`assistant generate` asked as the chat would ask (its settings; its system prompt when set)."""
+def generate_once(question: str, settings, env: dict) -> tuple[dict, str]:
+    """`assistant generate` asked as the chat would ask (its settings; its system prompt when set): (stats, text)."""
     from assistant import modelsets
 
     levels = settings.level_count(len(modelsets.get(settings.model_set).levels))
@@ -48,8 +48,8 @@ def generate_once(question: str, settings, env: dict) -> dict:
     return answer["stats"], answer["text"]
 
 
-def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> dict:
-    """One fresh chat in tmux: wait until it is ready, ask, wait for the stored answer, quit."""
+def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tuple[dict, str]:
+    """One fresh chat in tmux: wait until it is ready, ask, wait for the stored answer, quit: (stats, text)."""
     from assistant import home
     from assistant.conversation.store import Store
 

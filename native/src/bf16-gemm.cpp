@@ -529,13 +529,7 @@ bool measure_verify_dot() {
     return first_is_faster([&] { sixteen(tile_avx512bf16<8>); }, [&] { sixteen(tile_avx512<8>); }, 100);
 }
 
-// A verdict kept for the machine. The two measurements above choose bits, not only speed (a path rounds the
-// logits, and a greedy answer follows them), and one made beside another process's vector work on the same
-// core can come out the other way, so two processes would answer the same question differently. Where
-// ASSISTANT_KERNEL_CHOICES names a file (assistant names one per CPU model: engine/backend.py), the first
-// process's verdict is written there as "key=0|1" and every later one takes it.
-// Processes that start together (the bench's workers) must not each measure and keep a verdict of their own:
-// reading, measuring and writing happen under an exclusive lock on a file beside the choices.
+// An exclusive lock on a file, held while the object lives (where the system has file locks).
 class ChoicesLock {
   public:
     explicit ChoicesLock(const std::string & path) {
@@ -561,6 +555,13 @@ class ChoicesLock {
     int fd_ = -1;
 };
 
+// A verdict kept for the machine. The two measurements above choose bits, not only speed (a path rounds the
+// logits, and a greedy answer follows them), and one made beside another process's vector work on the same
+// core can come out the other way, so two processes would answer the same question differently. Where
+// ASSISTANT_KERNEL_CHOICES names a file (assistant names one per CPU model: engine/backend.py), the first
+// process's verdict is written there as "key=0|1" and every later one takes it. Reading, measuring and
+// writing happen under a lock beside the file, so processes that start together (the bench's workers) take
+// one verdict.
 bool remembered(const char * key, bool (*measure)()) {
     const char * file = std::getenv("ASSISTANT_KERNEL_CHOICES");
     if (file == nullptr || *file == '\0') return measure();
@@ -964,8 +965,7 @@ bool runnable(int path) {
     return path == BF16_PATH_SCALAR;
 }
 
-// Whether prompts take vdpbf16ps by default: measured at start-up with the decoding path's choice (not
-// within a prompt's graph, beside llama.cpp's other threads).
+// Whether prompts take vdpbf16ps by default (measured once, kept for the machine).
 #ifdef BF16_X86
 bool prompt_dot_is_faster() {
     static const bool measured = runnable(BF16_PATH_AVX512_BF16) && remembered("bf16-prompt-dot", bf16dot_is_faster);
@@ -982,7 +982,10 @@ int default_path() {
     const char * no_amx = std::getenv("ASSISTANT_BF16_TEST_NO_AMX");
     if (!(no_amx && no_amx[0] == '1') && runnable(BF16_PATH_AMX)) return BF16_PATH_AMX;
 #ifdef BF16_X86
-    if (runnable(BF16_PATH_AVX512_BF16) && (prompt_dot_is_faster(), verify_dot_is_faster())) return BF16_PATH_AVX512_BF16;
+    if (runnable(BF16_PATH_AVX512_BF16)) {
+        prompt_dot_is_faster();  // measured here, at start-up, rather than within a prompt beside the other threads
+        if (verify_dot_is_faster()) return BF16_PATH_AVX512_BF16;
+    }
 #endif
     for (int path : {BF16_PATH_AVX512, BF16_PATH_AVX2, BF16_PATH_NEON}) {
         if (runnable(path)) return path;
