@@ -65,6 +65,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert (out / "speedups-a.png").stat().st_size > 0 and (out / "acceptance-a.png").stat().st_size > 0
     costs = {int(n): seconds for n, seconds in workload["verify_costs"].items()}
     assert sorted(costs) == list(range(1, 17)) and min(costs.values()) > 0
+    assert workload["cost_samples"] == 1  # one after each prompt's runs
     bound = workload["ceiling"]
     assert bound["verify_seconds_per_token"] == pytest.approx(min(s / n for n, s in costs.items()))
     assert bound["speedup_geomean"] > 0 and bound["over_llama_cpp_geomean"] > 0

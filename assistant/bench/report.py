@@ -172,7 +172,7 @@ def _workload_section(workload: dict, bandwidth_gbps: float | None = None) -> li
         for row in workload["llama_cpp_sweep"]:
             lines.append(f"| {row['draft']} | {row['draft_length']} | {row['tokens_per_second']:.1f} | "
                          f"{_pct(row['acceptance'])} |")
-    lines += [""] + _policy(summary) + _goals(summary) + _ceiling(workload.get("ceiling"))
+    lines += [""] + _policy(summary) + _goals(summary) + _ceiling(workload.get("ceiling"), workload.get("cost_samples"))
     lines += _oracle(workload.get("oracle")) + [""]
     lines += [f"![per-prompt speedups](speedups-{info['key']}.png)",
               f"![acceptance histograms](acceptance-{info['key']}.png)", ""]
@@ -198,14 +198,17 @@ def _policy(summary: dict) -> list[str]:
     return ["Adaptive policy:", "", *lines, ""] if lines else []
 
 
-def _ceiling(bound: dict | None) -> list[str]:
-    """What no speculative pipeline can beat here (ceiling.py), beside the goals it bounds."""
+def _ceiling(bound: dict | None, samples: int | None = None) -> list[str]:
+    """What no speculative pipeline can beat here (ceiling.py), beside the goals it bounds; ``samples``: how many
+    times the batch costs it rests on were measured over the run."""
     if not bound:
         return []
+    plural = "s" if samples != 1 else ""
+    sampled = f"; batch costs are medians of {samples} sample{plural}, one after each prompt's runs" if samples else ""
     return [f"- ceiling on these kernels, with every drafted token accepted and drafting free: "
             f"{_bound_ratios(bound)} ({bound['tokens_per_second_median']:.1f} tokens/s median; the target's cheapest "
             f"verification is {bound['verify_seconds_per_token'] * 1e3:.1f} ms a token, in batches of "
-            f"{bound['verify_batch']}, and every prompt takes the time it took the target alone)"]
+            f"{bound['verify_batch']}, and every prompt takes the time it took the target alone{sampled})"]
 
 
 def _oracle(bound: dict | None) -> list[str]:

@@ -5,6 +5,10 @@ ratios are fair even on a busy machine. The order of pipelines rotates from prom
 pipeline always runs first after llama.cpp's program has flushed the caches. Each pipeline is warmed up
 once; every run then starts from empty caches, as llama.cpp's program does. llama.cpp's program gets a
 small sweep of draft model and draft length first, and its best setting is what runs interleaved.
+
+The levels' batch costs (for the ceiling and the oracle) are sampled the same way, once after each prompt's
+runs, and their median taken: a VM's memory bandwidth can change for a minute at a time, so costs measured in
+one stretch at the end may belong to another machine than the runs they bound.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from assistant.errors import AssistantError
 
 WARMUP_TOKENS = 16
 VERIFY_SIZES = MAX_DRAFT + 1  # the target's batch costs are measured for 1..this many tokens
-VERIFY_REPS = 3
+VERIFY_REPS = 3  # samples of each batch cost at least, spread over the prompts
 
 
 @dataclass
@@ -93,7 +97,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
                   if settings.llama_cpp else 0)
     chain = _oracle_pipeline(specs) if any(spec.key == BASELINE for spec in specs) else None
     steps = (len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
-             + int(any(spec.key == BASELINE for spec in specs)) + (len(prompts) + 1 if chain else 0))
+             + len(prompts) * int(any(spec.key == BASELINE for spec in specs)) + (len(prompts) if chain else 0))
     progress = Progress(f"bench {workload.key}", steps, settings.show_progress)
     began = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
@@ -122,6 +126,8 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
         runs: dict[str, list[dict]] = {spec.key: [] for spec in specs}
         if best:
             runs[LLAMA_CPP] = []
+        baseline = next((spec for spec in specs if spec.key == BASELINE), None)
+        samples: list[list[dict]] = []  # per prompt, each model level's batch costs (the target's first)
         for index, prompt in enumerate(prompts):
             order = specs[index % len(specs):] + specs[: index % len(specs)]
             for spec in order:
@@ -134,16 +140,14 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
                 result = llamacpp.run(bin_dir, paths["target"], paths[best["draft"]], prompt_texts[index],
                                       settings.max_tokens, best["draft_length"], settings.threads, settings.n_ctx)
                 runs[LLAMA_CPP].append(_record(prompt, index, result.as_result(best["draft"], best["draft_length"])))
-        verify_costs = None
-        baseline = next((spec for spec in specs if spec.key == BASELINE), None)
-        if baseline is not None:  # for the ceiling of speculation on these kernels (ceiling.py)
-            progress.step("target's verification costs")
-            verify_costs = workers[baseline.kernel].call(
-                "verify_costs", pipeline=BASELINE, messages=prompts[0]["messages"],
-                sizes=list(range(1, VERIFY_SIZES + 1)), reps=VERIFY_REPS)["seconds"]
+            if baseline is not None:  # for the ceiling of speculation on these kernels (ceiling.py) and the oracle
+                progress.step(f"{prompt.get('id', index)} batch costs")
+                samples.append(_batch_costs(workers, baseline, chain, prompt, -(-VERIFY_REPS // len(prompts))))
+        costs = [_median_costs(level) for level in zip(*samples)] if samples else []
+        verify_costs = costs[0] if costs else None
         oracle_inputs = None
         if chain is not None:
-            oracle_inputs = _oracle_inputs(workers[chain.kernel], chain, prompts, runs[BASELINE], progress)
+            oracle_inputs = _oracle_inputs(workers[chain.kernel], chain, prompts, runs[BASELINE], costs, progress)
     finally:
         for worker in workers.values():
             worker.close()
@@ -156,6 +160,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
         "llama_cpp_best": best,
         "runs": runs,
         "verify_costs": verify_costs,
+        "cost_samples": len(samples),
         "oracle_inputs": oracle_inputs,
         "seconds": time.perf_counter() - began,
     }
@@ -167,24 +172,42 @@ def _oracle_pipeline(specs: list[PipelineSpec]) -> PipelineSpec | None:
     return max(chains, key=lambda spec: len(spec.roles) + spec.ngram, default=None)
 
 
+def _batch_costs(workers: dict[str, WorkerProcess], baseline: PipelineSpec, chain: PipelineSpec | None,
+                 prompt: dict, reps: int) -> list[dict | None]:
+    """One sample of each model level's {batch size: seconds}, after ``prompt``: the target alone's first, then
+    each level of ``chain`` below its target (None for the n-gram level, whose proposals cost nothing)."""
+    sizes = list(range(1, VERIFY_SIZES + 1))
+    sample = [workers[baseline.kernel].call("verify_costs", pipeline=BASELINE, messages=prompt["messages"],
+                                            sizes=sizes, reps=reps)["seconds"]]
+    if chain is not None:
+        sample += [workers[chain.kernel].call("verify_costs", pipeline=chain.key, messages=prompt["messages"],
+                                              sizes=sizes, reps=reps, level=level)["seconds"]
+                   for level in range(1, len(chain.roles))]
+        sample += [None] * chain.ngram
+    return sample
+
+
+def _median_costs(samples: tuple[dict | None, ...]) -> dict | None:
+    """{batch size: median seconds} over one level's samples."""
+    import statistics
+
+    if samples[0] is None:
+        return None
+    return {size: statistics.median(sample[size] for sample in samples) for size in samples[0]}
+
+
 def _oracle_inputs(worker: WorkerProcess, chain: PipelineSpec, prompts: list[dict], answers: list[dict],
-                   progress: Progress) -> dict:
+                   costs: list[dict | None], progress: Progress) -> dict:
     """What the oracle needs: where each of the chain's drafts agrees with each answer of the target alone,
-    and what a batch costs each of its model levels (the target's own costs are verify_costs)."""
+    and what a batch costs each of its model levels (``costs``, sampled over the run; the target's own costs are
+    verify_costs)."""
     runs = []
     for prompt, answer in zip(prompts, answers):
         progress.step(f"{prompt.get('id', '')} drafts' agreement with the target")
         reply = worker.call("agreement", pipeline=chain.key, messages=prompt["messages"], answer=answer["tokens"],
                             longest=VERIFY_SIZES - 1)
         runs.append([None] + reply["runs"])
-    roles = reply["roles"]
-    progress.step("drafts' batch costs")
-    costs = [None] * len(roles)
-    for level, role in enumerate(roles[1:], start=1):
-        if role != "ngram":
-            costs[level] = worker.call("verify_costs", pipeline=chain.key, messages=prompts[0]["messages"],
-                                       sizes=list(range(1, VERIFY_SIZES + 1)), reps=VERIFY_REPS, level=level)["seconds"]
-    return {"pipeline": chain.key, "roles": roles, "runs": runs, "costs": costs}
+    return {"pipeline": chain.key, "roles": reply["roles"], "runs": runs, "costs": [None, *costs[1:]]}
 
 
 def _record(prompt: dict, index: int, reply: dict) -> dict:
