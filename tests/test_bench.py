@@ -74,6 +74,7 @@ def test_quick_run_writes_report_with_every_pipeline_identical_to_the_target(tmp
     assert oracle["pipeline"] in keys and oracle["roles"][0] == "target" and oracle["decode_seconds"] > 0
     assert oracle["speedup_geomean"] <= bound["speedup_geomean"] * 1.0001  # real drafts never beat perfect ones
     assert "- oracle for " in text and "(no policy can)" in text and "the same foresight within one shape" in text
+    assert "  - the policy runs at " in text and "of the oracle's speed over the whole run" in text
 
 
 def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(tmp_path):
@@ -205,6 +206,9 @@ def test_oracle_bound_is_the_prompt_plus_the_least_decoding_per_prompt():
     assert bound["speedup_geomean"] == pytest.approx((5 / 2.5 * 5 / 4.0) ** 0.5)
     assert bound["over_llama_cpp_geomean"] == pytest.approx((4 / 2.5 / 1.0 * 4 / 4.0 / 2.0) ** 0.5)
     assert bound["speed_of_light"] == pytest.approx((4 / 2.5 + 4 / 4.0) / 2 / 2.0)
+    # the policy's share of a bound over the whole run: (the target's prompts + the bound's decoding) / the policy's
+    assert oracle.policy_share(bound, bound["decode_seconds"]) == pytest.approx((2.0 + 4.5) / 6.0)
+    assert oracle.policy_share(bound, bound["shape_decode_seconds"]["target<-lookup"]) == pytest.approx(9.0 / 6.0)
     assert oracle.oracle(runs, None, inputs) is None and oracle.oracle(runs, {"1": 1.0}, None) is None
 
 

@@ -86,4 +86,14 @@ def oracle(runs: dict[str, list[dict]], verify_seconds: dict | None, inputs: dic
         "decode_seconds": sum(decode),
         "shape_decode_seconds": shapes,
         "policy_decode_seconds": sum(r["seconds"] - r["prompt_seconds"] for r in policy) if policy else None,
+        "policy_seconds": sum(r["seconds"] for r in policy) if policy else None,
+        "prompt_seconds": sum(r["prompt_seconds"] for r in baseline[: len(lengths)]),
     } | against(runs, decode, light)
+
+
+def policy_share(bound: dict, decode_seconds: float) -> float | None:
+    """The policy's speed as a share of a bound that decodes the run's answers in ``decode_seconds``, over the
+    whole run: the bound's time (the target alone's prompts plus that decoding) over the policy's."""
+    if not bound.get("policy_seconds"):
+        return None
+    return (bound["prompt_seconds"] + decode_seconds) / bound["policy_seconds"]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from assistant import cpu
+from assistant.bench.oracle import policy_share
 from assistant.bench.pipelines import ADAPTIVE_GOAL, ADAPTIVE_RIVALS, BASELINE, LABELS, LLAMA_CPP, PAPER, PLAIN
 
 GOAL_SPEEDUP, GOAL_OVER_LLAMA_CPP = 3.0, 1.3
@@ -221,7 +222,15 @@ def _oracle(bound: dict | None) -> list[str]:
              f"{', '.join(bound['roles'][1:])} proposes the target's tokens (no policy can): {_bound_ratios(bound)} "
              f"({bound['tokens_per_second_median']:.1f} tokens/s median; the answers decode in "
              f"{bound['decode_seconds']:.1f} s{against})"]
-    shapes = bound.get("shape_decode_seconds")
+    shapes = bound.get("shape_decode_seconds") or {}
+    share = policy_share(bound, bound["decode_seconds"])
+    if share is not None:
+        models = "<-".join(role for role in bound["roles"] if role != "ngram")
+        alone = policy_share(bound, shapes[models]) if models in shapes else None
+        without = (f"; {alone:.2f} of the bound over its model levels alone, {models}, foresight without the n-gram "
+                   f"level") if alone is not None else ""
+        lines.append(f"  - the policy runs at {share:.2f} of the oracle's speed over the whole run, prompts included"
+                     f"{without}")
     if shapes:
         best = sorted(shapes.items(), key=lambda item: item[1])
         lines.append("  - the same foresight within one shape, the answers' decoding: "
