@@ -127,7 +127,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
         if best:
             runs[LLAMA_CPP] = []
         baseline = next((spec for spec in specs if spec.key == BASELINE), None)
-        samples: list[list[dict]] = []  # per prompt, each model level's batch costs (the target's first)
+        samples: list[list[dict | None]] = []  # per prompt, each model level's batch costs (the target's first)
         for index, prompt in enumerate(prompts):
             order = specs[index % len(specs):] + specs[: index % len(specs)]
             for spec in order:
