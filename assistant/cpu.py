@@ -70,8 +70,9 @@ class Cpu:
         return f"{self.model} [{self.kind}]"
 
 
-def this_cpu() -> Cpu:
-    records = cpuinfo_records()
+def this_cpu(records: list[dict[str, str]] | None = None) -> Cpu:
+    """This machine's CPU, from ``records`` (cpuinfo_records) when the caller has read them already."""
+    records = cpuinfo_records() if records is None else records
     first = records[0] if records else {}
     model = first.get("model name") or first.get("Model") or platform.processor() or platform.machine()
     flags = first.get("flags") or first.get("Features") or ""
@@ -132,8 +133,9 @@ def kernel_warnings(description: str, environ=os.environ) -> list[str]:
 def kernel_choices_path(environ=os.environ) -> Path:
     """Where this CPU's measured kernel choices are kept (native/src/bf16-gemm.cpp, ``remembered``): one file per
     CPU model, in the user's cache, so every process on this machine takes the same path and rounds alike."""
-    first = (cpuinfo_records() or [{}])[0]
-    this = this_cpu()
+    records = cpuinfo_records()
+    first = (records or [{}])[0]
+    this = this_cpu(records)
     identity = "|".join([this.model, *(first.get(key, "") for key in ("cpu family", "model", "stepping")),
                          " ".join(sorted(this.flags))])
     cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -49,7 +50,9 @@ def generate_once(question: str, settings, env: dict) -> tuple[dict, str]:
 
 
 def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tuple[dict, str]:
-    """One fresh chat in tmux: wait until it is ready, ask, wait for the stored answer, quit: (stats, text)."""
+    """One fresh chat in tmux: wait until it is ready, ask, wait for the stored answer, quit: (stats, text).
+    Of ``env`` only the ASSISTANT_* and PYTHON* variables reach the chat (the tmux server's own environment is
+    not the caller's)."""
     from assistant import home
     from assistant.conversation.store import Store
 
@@ -57,8 +60,10 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tup
     before = {row[0] for row in _answers(database)}
     name = f"assistant-bench-{uuid.uuid4().hex[:8]}"
     tmux = ["tmux", "-L", name]
-    environment = " ".join(f"{key}={value}" for key, value in env.items() if key.startswith(("ASSISTANT_", "PYTHON")))
-    command = f"exec env -u COLUMNS -u LINES TERM=xterm-256color {environment} {sys.executable} -m assistant chat"
+    environment = " ".join(shlex.quote(f"{key}={value}") for key, value in env.items()
+                           if key.startswith(("ASSISTANT_", "PYTHON")))
+    python = shlex.quote(sys.executable)
+    command = f"exec env -u COLUMNS -u LINES TERM=xterm-256color {environment} {python} -m assistant chat"
     subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", command],
                    check=True)
     try:
@@ -74,7 +79,9 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tup
             fresh = [row for row in _answers(database) if row[0] not in before and row[1]]
             if fresh:
                 _, _, stats, conversation, text = fresh[-1]
-                Store(database).delete(conversation)
+                store = Store(database)
+                store.delete(conversation)
+                store.close()
                 return json.loads(stats), text
             if time.monotonic() > deadline:
                 raise SystemExit("the chat's answer did not complete")

@@ -87,7 +87,7 @@ def oracle(runs: dict[str, list[dict]], verify_seconds: dict | None, inputs: dic
         "shape_decode_seconds": shapes,
         "policy_decode_seconds": sum(r["seconds"] - r["prompt_seconds"] for r in policy) if policy else None,
         "policy_seconds": sum(r["seconds"] for r in policy) if policy else None,
-        "prompt_seconds": sum(r["prompt_seconds"] for r in baseline[: len(lengths)]),
+        "prompt_seconds": sum(r["prompt_seconds"] for r in baseline),
     } | against(runs, decode, light)
 
 
