@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from textual.widgets import ProgressBar
+
 from assistant import attachments, home, modelsets
 from assistant.conversation import attached_files, backend
 from assistant.conversation import settings as chat_settings
@@ -107,10 +109,12 @@ async def test_window_is_interactive_while_models_load(demo_set):
     async with app.run_test(size=SIZE) as pilot:
         status = app.screen.query_one(StatusLine)
         assert status.loading and status.state.startswith("loading 3 levels")
+        assert status.query(ProgressBar), "loading shows its bar"
         await pilot.press("h", "i")
         assert app.screen.query_one(PromptInput).text == "hi"
         await settle(pilot)
         assert not status.loading and status.state == "ready"
+        assert not app.screen.query(ProgressBar), "no bar left animating, hidden, once loaded"
 
 
 async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set, monkeypatch):
@@ -149,15 +153,16 @@ async def test_model_loads_run_one_at_a_time_and_the_last_request_wins(demo_set,
 
 
 async def test_esc_stops_and_keeps_what_was_shown(demo_set, monkeypatch):
-    """Esc mid-answer: the worker is held right after its first shown pieces until Esc has been pressed, so the
-    answer is still streaming when the stop arrives (checked: an answer done before its first timed flush fails)."""
+    """Esc mid-answer: the worker is held right after it hands its first pieces to the screen until Esc has been
+    pressed, so the answer is still streaming when the stop arrives (checked: an answer done before its first
+    timed flush fails). The screen draws them meanwhile (the worker never waits for it)."""
     budget = 400
     held, release = threading.Event(), threading.Event()
     show = Answerer.show
 
     def show_then_hold(answerer, view, pieces):
         show(answerer, view, pieces)
-        if view.text and not held.is_set():
+        if pieces and not held.is_set():
             held.set()
             release.wait(timeout=60)
 
@@ -169,6 +174,7 @@ async def test_esc_stops_and_keeps_what_was_shown(demo_set, monkeypatch):
             await pilot.press(*"def fibonacci(n):", "ctrl+j", *"    if n < 2:", "enter")
             await until(pilot, held.is_set)
             screen = app.screen
+            await until(pilot, lambda: screen.query_one(AnswerView).text)
             _, messages = saved_messages()
             assert messages[1].stats is None and not messages[1].complete, "the answer ended before Esc"
             assert screen.answerer.generating and screen.query_one(AnswerView).text

@@ -1,7 +1,9 @@
 """The line under the input: model set and levels, what the engine is doing, speed, acceptance, context, and
 the working directory that `@path`, `/add`, `/run` and `/save` are relative to.
 
-Loading shows an indeterminate progress bar, since llama.cpp reports no progress we could forward."""
+Loading shows an indeterminate progress bar, since llama.cpp reports no progress we could forward. The bar
+exists only while loading: a hidden one still wakes the screen's thread 15 times a second to animate, and
+on a machine whose cores all generate every wake-up is time the model does not get."""
 
 from __future__ import annotations
 
@@ -63,7 +65,6 @@ class StatusLine(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label(id="status-model")
-        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="status-progress")
         yield Label(id="status-state")
         yield Label(id="status-speed")
         yield Label(id="status-context")
@@ -89,4 +90,9 @@ class StatusLine(Horizontal):
         self.query_one("#status-directory", Label).update(literal(value))
 
     def watch_loading(self, value: bool) -> None:
-        self.query_one("#status-progress", ProgressBar).display = value
+        bars = self.query(ProgressBar)
+        if value and not bars:
+            bar = ProgressBar(total=None, show_eta=False, show_percentage=False, id="status-progress")
+            self.mount(bar, after="#status-model")
+        elif not value:
+            bars.remove()
