@@ -1,6 +1,7 @@
 """`assistant chat` in a real terminal (tmux): ask, wait, quit, resume; kill -9 mid-answer loses nothing shown; a file
 attached with `@` is asked about and shown again on resume."""
 
+import json
 import os
 import re
 import shutil
@@ -295,3 +296,19 @@ def test_the_remote_target_killed_mid_answer(assistant_home, demo_set):
     assert roles[:3] == [("user", True), ("assistant", False), ("error", True)] and cut.content.strip()
     assert [role for role, _ in roles[3:]] == ["user", "error", "user", "assistant"]
     assert store.messages(conversation.id)[-1].content.strip()
+
+
+def test_chat_speed_measures_the_chat_in_tmux_against_generate(assistant_home, demo_set):
+    """The issue-40 benchmark runs end to end: `generate` and the chat in tmux answer the same question alike,
+    and the chat's conversation is deleted afterwards (the benchmark leaves the user's history as it was)."""
+    save(ChatSettings(max_tokens=24))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "assistant.bench.chat_speed", "--repeats", "1", "--json",
+                           "--question", "def fibonacci(n):"], env=dict(os.environ, PYTHONPATH=path),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["same_answer"], result
+    assert [len(rates) for rates in result["rates"].values()] == [1, 1] and min(map(min, result["rates"].values())) > 0
+    assert result["chat_over_generate"] > 0 and result["generate_spread"] == 0
+    assert Store(assistant_home / "conversations.sqlite3").conversations() == []

@@ -7,7 +7,9 @@ Each repeat runs `assistant generate --json` once and the chat once, alternating
 conversation store once complete (the store, not the screen, is polled: the measurement adds no terminal
 work), its conversation deleted after. Both use the data directory (ASSISTANT_HOME or the default) and
 `generate` is given the chat's settings: model set, levels, temperature, token limit, context. Prints
-tokens/s after the prompt for each run, the ratio of the medians and whether every run gave the same answer.
+tokens/s after the prompt for each run, the ratio of the medians, how far apart `generate`'s own runs were (the
+noise a ratio has to be read against: on a shared machine one run can be 10% off the next) and whether every
+run gave the same answer.
 """
 
 from __future__ import annotations
@@ -129,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{way:>8} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
                   f"the prompt", file=sys.stderr, flush=True)
     ratio = statistics.median(rates["chat"]) / statistics.median(rates["generate"])
+    spread = max(rates["generate"]) / min(rates["generate"]) - 1
     same = answers["generate"] == answers["chat"] and len(answers["chat"]) == 1
     if args.json:
-        print(json.dumps({"rates": rates, "chat_over_generate": ratio, "same_answer": same}))
+        print(json.dumps({"rates": rates, "chat_over_generate": ratio, "generate_spread": spread,
+                          "same_answer": same}))
     else:
-        print(f"chat / generate (medians): {ratio:.2f}x; "
+        print(f"chat / generate (medians): {ratio:.2f}x; generate's own runs spread {spread:.0%}; "
               + ("every run gave the same answer" if same else "the answers differ between runs or ways"))
     return 0
 
