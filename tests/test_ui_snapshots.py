@@ -48,6 +48,9 @@ def steady_cursors(pilot):
     """A blinking cursor is on or off depending on the instant of the picture: keep it on."""
     for widget in pilot.app.screen.query("Input, TextArea"):
         widget.cursor_blink = False
+        # TextArea caches its lines under one key for "blink off" and "no blink": a line drawn in the blink's
+        # off phase would be shown again without its cursor. A style update empties that cache.
+        widget.notify_style_update()
 
 
 def test_main_screen(chat_app, snap_compare):
