@@ -266,7 +266,7 @@ class ChatScreen(Screen):
             status.speed = describe_stats(stats)
             if pipeline is not None:
                 self.query_one("#legend", Static).update(legend(list(pipeline.roles), stats))
-        await view.finish(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
+        view.set_note(STOP_NOTES.get((stats or {}).get("stop_reason"), ""))
         if message.error:
             if not view.text:
                 self.store.delete_message(view.message_id)

@@ -50,7 +50,6 @@ class AnswerView(Vertical):
         self.provenance: list[tuple[int, str]] = list(provenance or [])
         self.speculation_view = speculation_view
         self.note = note
-        self._stream = None
 
     @property
     def text(self) -> str:
@@ -84,17 +83,12 @@ class AnswerView(Vertical):
                 self.provenance[-1] = (level, self.provenance[-1][1] + text)
             else:
                 self.provenance.append((level, text))
-        if self.speculation_view:  # colouring the whole answer again: only for the view on screen
-            self.query_one(".speculation", Static).update(coloured(self.provenance))
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.query_one(Markdown))
-        await self._stream.write(visible("".join(text for _, text in pieces)))
-
-    async def finish(self, note: str = "") -> None:
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        self.set_note(note)
+        # One screen update for the whole change: appended in the background (Textual's MarkdownStream), the new
+        # blocks, the new height and the scroll to the end each drew the screen once more.
+        with self.app.batch_update():
+            if self.speculation_view:  # colouring the whole answer again: only for the view on screen
+                self.query_one(".speculation", Static).update(coloured(self.provenance))
+            await self.query_one(Markdown).append(visible("".join(text for _, text in pieces)))
 
     def set_note(self, note: str) -> None:
         self.note = note
