@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from textual.widgets import ProgressBar
 
 from assistant import attachments, home, modelsets

@@ -83,8 +83,8 @@ class AnswerView(Vertical):
                 self.provenance[-1] = (level, self.provenance[-1][1] + text)
             else:
                 self.provenance.append((level, text))
-        # One screen update for the whole change: appended in the background (Textual's MarkdownStream), the new
-        # blocks, the new height and the scroll to the end each drew the screen once more.
+        # In one batch update the new blocks, the answer's new height and the scroll to the end are drawn once,
+        # not once each: every draw is the whole screen, since the scroll moves every line.
         with self.app.batch_update():
             if self.speculation_view:  # colouring the whole answer again: only for the view on screen
                 self.query_one(".speculation", Static).update(coloured(self.provenance))
