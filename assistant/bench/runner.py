@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -189,8 +190,6 @@ def _batch_costs(workers: dict[str, WorkerProcess], baseline: PipelineSpec, chai
 
 def _median_costs(samples: tuple[dict | None, ...]) -> dict | None:
     """{batch size: median seconds} over one level's samples."""
-    import statistics
-
     if samples[0] is None:
         return None
     return {size: statistics.median(sample[size] for sample in samples) for size in samples[0]}
