@@ -38,7 +38,7 @@ def test_rows_rebuilt_from_the_devices_top_candidates_give_the_full_rows_distrib
         full = np.array(plain.evaluate(sequence, first))
         assert (full.argmax(axis=1) >= shared).any()  # the candidates must not look past the shared vocabulary
         for sampling in SAMPLINGS:
-            sampler = Sampler(sampling, shared, np.random.default_rng(0))
+            sampler = Sampler(sampling, shared)
             rows = CandidateRows(chooser, sequence, first, sampler, np.empty(shared, dtype=np.float32))
             assert rows.ids.shape == (len(full), sampling.top_k + SPARE) and (rows.ids < shared).all()
             for j in range(len(full)):
@@ -82,7 +82,7 @@ def test_a_tie_at_the_kth_value_past_the_candidates_fetches_the_row_in_full():
     """Top-3 with SPARE more candidates: a row whose k-th value is shared by more tokens than the candidates
     hold, and one where temperature makes a smaller value equal to the k-th, each need tokens outside the
     candidates; those rows are fetched in full, and p is the full row's. A row without such a tie is not."""
-    sampler = Sampler(Sampling(1.3, 3, 1.0), 100, np.random.default_rng(0))
+    sampler = Sampler(Sampling(1.3, 3, 1.0), 100)
     count = candidate_count(sampler)
     rows = np.tile(np.linspace(-5, 0, 100, dtype=np.float32), (3, 1))  # row 0: all distinct
     rows[1, 10:13] = [9.0, 8.0, 7.0]
@@ -105,4 +105,4 @@ def test_a_tie_at_the_kth_value_past_the_candidates_fetches_the_row_in_full():
 
 @pytest.mark.parametrize("top_k, expected", [(0, 0), (3, 3 + SPARE), (98, 100)])
 def test_no_top_k_asks_for_whole_rows_and_a_large_one_for_at_most_the_vocabulary(top_k, expected):
-    assert candidate_count(Sampler(Sampling(1.0, top_k, 1.0), 100, np.random.default_rng(0))) == expected
+    assert candidate_count(Sampler(Sampling(1.0, top_k, 1.0), 100)) == expected

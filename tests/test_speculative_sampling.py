@@ -1,8 +1,10 @@
-"""Stochastic verification is exact: sampled continuations of 2- and 3-level chains follow the target's
-own distribution (chi-square goodness of fit against probabilities computed from the target's logits),
-and the same test rejects a chain that uses a wrong acceptance rule."""
+"""Sampling is exact: sampled continuations of 2- and 3-level chains follow the target's own distribution
+(chi-square goodness of fit against probabilities computed from the target's logits), every chain's answer for
+a seed is the target alone's for that seed (at several temperatures, with top-k and top-p), and the same
+goodness-of-fit test rejects a sampler whose noise has the wrong distribution."""
 
 import math
+from dataclasses import replace
 from collections import Counter
 
 import numpy as np
@@ -12,30 +14,36 @@ from assistant.engine import Context
 from assistant.engine.sequence import TokenSequence
 from assistant.speculative import Pipeline, Sampling
 from assistant.speculative.policy import ConstantLength
+from assistant.speculative.probabilities import PositionNoise
 
 PROMPT = "import os\nimport sys\nimport re\nimport"  # repetitive, so the n-gram drafter has material
 TEMPERATURE, TOP_K, LENGTH = 1.5, 3, 3  # three tokens of three choices each: 27 outcomes
 SAMPLES = 800
 
 
-def processed(logits):
-    """Temperature then top-k, written independently of the coordinator's own sampler."""
-    scaled = np.asarray(logits, dtype=np.float64) / TEMPERATURE
-    keep = np.argsort(scaled)[-TOP_K:]
+def processed(logits, temperature=TEMPERATURE, top_k=TOP_K, top_p=1.0):
+    """Temperature, top-k, then top-p (the most likely tokens whose mass first reaches it), written
+    independently of the coordinator's own sampler."""
+    scaled = np.asarray(logits, dtype=np.float64) / temperature
+    keep = np.argsort(scaled)[::-1][: top_k or len(scaled)]
     weights = np.exp(scaled[keep] - scaled[keep].max())
-    return dict(zip(keep.tolist(), (weights / weights.sum()).tolist()))
+    weights /= weights.sum()
+    if top_p < 1.0:
+        last = int(np.searchsorted(np.cumsum(weights), top_p))
+        keep, weights = keep[: last + 1], weights[: last + 1] / weights[: last + 1].sum()
+    return dict(zip(keep.tolist(), weights.tolist()))
 
 
-def exact_distribution(model, prompt):
-    """P(continuation) for every LENGTH-token continuation, from the target's logits alone."""
+def exact_distribution(model, prompt, length=LENGTH, **processing):
+    """P(continuation) for every ``length``-token continuation, from the target's logits alone."""
     outcomes = {}
     with Context(model, n_ctx=256, threads=1) as context:
         def walk(prefix, probability):
-            if len(prefix) == LENGTH:
+            if len(prefix) == length:
                 outcomes[tuple(prefix)] = probability
                 return
             sequence = TokenSequence(prompt + prefix)
-            choices = processed(context.evaluate(sequence, len(sequence) - 1)[0])
+            choices = processed(context.evaluate(sequence, len(sequence) - 1)[0], **processing)
             for token, p in choices.items():
                 walk(prefix + [token], probability * p)
         walk([], 1.0)
@@ -62,12 +70,13 @@ def chi_square_p_value(counts, expected_probabilities, samples):
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def sample_counts(pipeline, prompt_tokens, samples=SAMPLES):
+def sample_counts(pipeline, prompt_tokens, samples=SAMPLES, length=LENGTH, **processing):
     """Continuations per outcome over ``samples`` seeds, and how many tokens the lowest level proposed."""
     counts, proposed = Counter(), 0
+    processing = processing or {"temperature": TEMPERATURE, "top_k": TOP_K}
     for seed in range(samples):
-        sampling = Sampling(temperature=TEMPERATURE, top_k=TOP_K, seed=seed)
-        answer = pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=LENGTH).finish()
+        sampling = Sampling(seed=seed, **processing)
+        answer = pipeline.generate(prompt_tokens, sampling=sampling, max_tokens=length).finish()
         counts[tuple(answer.tokens)] += 1
         proposed += answer.stats.levels[-1].proposed
     return counts, proposed
@@ -83,11 +92,6 @@ def reference(bench_gguf):
     return prompt, distribution
 
 
-def ignore_draft_probability(uniform, p_token, q_token):
-    """A plausible bug: accept with probability p instead of min(1, p/q)."""
-    return uniform < p_token
-
-
 @pytest.mark.parametrize("levels", ["target_bf16 draft_bf16", "target_bf16 target_mxfp4 draft_bf16",
                                     pytest.param("target_bf16 ngram", marks=pytest.mark.slow)])
 def test_sampled_continuations_follow_the_target(bench_gguf, reference, levels):
@@ -100,12 +104,53 @@ def test_sampled_continuations_follow_the_target(bench_gguf, reference, levels):
     assert chi_square_p_value(counts, distribution, SAMPLES) > 1e-3
 
 
-def test_the_check_catches_a_wrong_acceptance_rule(bench_gguf, reference):
+def test_sampling_with_top_p_follows_the_target(bench_gguf):
+    processing = {"temperature": 0.8, "top_k": 0, "top_p": 0.7}
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256) as target:
+        prompt = target.tokenize(PROMPT)
+        distribution = exact_distribution(target.target, prompt, length=2, **processing)
+        counts, _ = sample_counts(target, prompt, length=2, **processing)
+    assert len(distribution) > 4  # top-p really left a choice
+    assert chi_square_p_value(counts, distribution, SAMPLES) > 1e-3
+
+
+def uniform_noise(self, position):
+    """A plausible bug: 1 / U for U uniform where 1 / E for E exponential belongs (the Gumbel's -log left out)."""
+    generator = np.random.Generator(np.random.PCG64([self.seed, position]))
+    return 1.0 / generator.random(self.n_vocab, dtype=np.float32).clip(1e-30)
+
+
+def test_the_check_catches_noise_of_the_wrong_distribution(bench_gguf, reference, monkeypatch):
     prompt, distribution = reference
-    with Pipeline.load([bench_gguf["target_bf16"], bench_gguf["draft_bf16"]], n_ctx=256, draft_length=2,
-                       accept=ignore_draft_probability) as pipeline:
-        counts, _ = sample_counts(pipeline, prompt)
+    monkeypatch.setattr(PositionNoise, "at", uniform_noise)
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=256) as target:
+        counts, _ = sample_counts(target, prompt)
     assert chi_square_p_value(counts, distribution, SAMPLES) < 1e-6
+
+
+SETTINGS = [Sampling(0.3, 0, 1.0), Sampling(0.7, 0, 0.95), Sampling(1.0, 40, 1.0)]
+
+
+@pytest.mark.parametrize("levels", ["target_bf16 draft_bf16", "target_bf16 target_mxfp4", "target_bf16 ngram",
+                                    "target_bf16 target_mxfp4 draft_bf16 ngram"])
+def test_every_chain_answers_a_seed_as_the_target_alone(bench_gguf, levels):
+    """A seed's answer is the target's own sample: the same tokens from every chain shape, adaptive policy."""
+    names = levels.split()
+    paths = [bench_gguf[name] for name in names if name != "ngram"]
+    prompt = PROMPT + " json\n\n\ndef load(path):\n"
+    answers = {}
+    with Pipeline.load([bench_gguf["target_bf16"]], n_ctx=512) as target:
+        for setting in SETTINGS:
+            for seed in range(4):
+                sampling = replace(setting, seed=seed)
+                answers[sampling] = target.generate(prompt, sampling, max_tokens=40).finish().tokens
+    proposed = 0
+    with Pipeline.load(paths, n_ctx=512, ngram="ngram" in names) as chain:
+        for sampling, expected in answers.items():
+            answer = chain.generate(prompt, sampling, max_tokens=40).finish()
+            assert answer.tokens == expected, sampling
+            proposed += sum(level.proposed for level in answer.stats.levels[1:])
+    assert proposed > 0
 
 
 class SwitchShapes(ConstantLength):

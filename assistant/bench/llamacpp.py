@@ -63,23 +63,29 @@ class SpeculativeRun:
 
 
 def command(bin_dir: Path, target: Path, draft: Path | None, prompt: str, max_tokens: int, draft_length: int,
-            threads: int, n_ctx: int = 4096, spec_type: str = DRAFT) -> list[str]:
-    """The program's arguments: greedy, ``draft_length`` tokens at most per draft (a draft model's, or for
-    ngram-simple, which takes no draft model, its own default lengths)."""
+            threads: int, n_ctx: int = 4096, spec_type: str = DRAFT, sampling: dict | None = None) -> list[str]:
+    """The program's arguments: greedy, or ``sampling`` (temperature, top_p, seed; top-k and min-p off, as our
+    levels sample), ``draft_length`` tokens at most per draft (a draft model's, or for ngram-simple, which takes
+    no draft model, its own default lengths)."""
     arguments = [str(bin_dir / PROGRAM), "-m", str(target)]
     if spec_type == DRAFT:
         arguments += ["-md", str(draft), "--spec-type", DRAFT, "--spec-draft-n-max", str(draft_length),
                       "--spec-draft-n-min", "0", "-td", str(threads), "-tbd", str(threads)]
     else:
         arguments += ["--spec-type", spec_type]
+    if sampling and sampling.get("temperature", 0) > 0:
+        choosing = ["--temp", str(sampling["temperature"]), "--top-p", str(sampling.get("top_p", 1.0)), "--top-k", "0",
+                    "--min-p", "0", "--seed", str(sampling.get("seed") or 0)]
+    else:
+        choosing = ["--temp", "0", "--top-k", "1"]
     return arguments + ["--no-escape", "-p", prompt, "-n", str(max_tokens), "-t", str(threads), "-tb", str(threads),
-                        "--temp", "0", "--top-k", "1", "-c", str(n_ctx), "-b", str(n_ctx)]
+                        *choosing, "-c", str(n_ctx), "-b", str(n_ctx)]
 
 
 def run(bin_dir: Path, target: Path, draft: Path | None, prompt: str, max_tokens: int, draft_length: int,
         threads: int, n_ctx: int = 4096, env: dict[str, str] | None = None, timeout: float = 900,
-        spec_type: str = DRAFT) -> SpeculativeRun:
-    arguments = command(bin_dir, target, draft, prompt, max_tokens, draft_length, threads, n_ctx, spec_type)
+        spec_type: str = DRAFT, sampling: dict | None = None) -> SpeculativeRun:
+    arguments = command(bin_dir, target, draft, prompt, max_tokens, draft_length, threads, n_ctx, spec_type, sampling)
     what = f"{target.name} + {draft.name}" if spec_type == DRAFT else f"{target.name} ({spec_type})"
     stdout, stderr = run_program(bin_dir, arguments, env, timeout, what)
     result = parse(stdout, stderr, prompt)

@@ -96,7 +96,8 @@ class Worker:
                              for p in range(len(answer))])
         return {"roles": [level.role for level in chain.levels], "runs": runs}
 
-    def run(self, pipeline: str, messages: list[dict], max_tokens: int) -> dict:
+    def run(self, pipeline: str, messages: list[dict], max_tokens: int, sampling: dict | None = None) -> dict:
+        """One answer from empty caches, timed whole; greedy unless ``sampling`` gives Sampling's fields."""
         from assistant.speculative import Sampling
 
         chain = self.pipelines[pipeline]
@@ -106,7 +107,7 @@ class Worker:
             if level.is_model:
                 level.context.reset()
         began = time.perf_counter()
-        answer = chain.chat(messages, sampling=Sampling(), max_tokens=max_tokens).finish()
+        answer = chain.chat(messages, sampling=Sampling(**(sampling or {})), max_tokens=max_tokens).finish()
         seconds = time.perf_counter() - began
         stats = answer.stats
         return {

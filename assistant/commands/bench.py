@@ -66,6 +66,13 @@ def add_arguments(parser):
                              "loopback (--threads threads), verifying 8 tokens against 1 after a prompt, by the "
                              "server's own timings (ASSISTANT_RPC_TIMINGS) and the client's, with our kernels there "
                              "and with llama.cpp's stock ones; writes remote-verify.json")
+    parser.add_argument("--temperature", metavar="T,...",
+                        help="measure sampled speed instead: every method at each temperature (0: greedy) and --top-p, "
+                             "--seeds seeds per prompt, against the target alone and llama-speculative-simple at the "
+                             "same setting, draft lengths from --sweep-lengths; on --set NAME, --workload demo (the "
+                             "default) or a workload's pair; writes sampled.json and sampled.md (default 8 prompts)")
+    parser.add_argument("--top-p", default="1.0", metavar="P,...", help="top-p values for --temperature (default 1.0)")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per prompt and setting for --temperature (default 2)")
     parser.add_argument("--delays", default="0,2,10", metavar="MS,...",
                         help="added round-trip times for --remote, in milliseconds (default 0,2,10)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
@@ -112,6 +119,8 @@ def run(args) -> int:
         lengths = tuple(int(x) for x in args.sweep_lengths.split(",") if x.strip())
     except ValueError:
         raise AssistantError(f"--sweep-lengths: not a list of integers: {args.sweep_lengths!r}") from None
+    if args.temperature is not None:
+        return _sampled(args, lengths)
     if args.serving:
         return _serving(args)
     if args.attached:
@@ -169,6 +178,67 @@ def run(args) -> int:
     (args.out / "bench.md").write_text(text)
     print(text)
     log(f"[bench] wrote {args.out}/bench.json, bench.md and charts in {result['seconds'] / 60:.1f} min")
+    return 0
+
+
+def _numbers(option: str, text: str, low: float, high: float) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(low <= value <= high for value in values):
+        raise AssistantError(f"{option}: give comma-separated numbers from {low} to {high}, not {text!r}")
+    return values
+
+
+def _sampled(args, lengths: tuple[int, ...]) -> int:
+    """`--temperature T,...`: sampled speed by temperature, top-p and draft length (assistant/bench/sampled.py)."""
+    import sys
+
+    from assistant.bench import report, sampled, workloads
+    from native import build
+
+    temperatures = _numbers("--temperature", args.temperature, 0.0, 10.0)
+    top_ps = _numbers("--top-p", args.top_p, 0.01, 1.0)
+    if args.seeds < 1:
+        raise AssistantError(f"--seeds must be 1 or more, not {args.seeds}")
+    if not lengths or min(lengths) < 1:
+        raise AssistantError(f"--sweep-lengths: give draft lengths of 1 or more, not {args.sweep_lengths!r}")
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    if args.workload in ("a", "b"):
+        paths = workloads.prepare(args.workload, args.models, args.cache, say).paths()
+        levels = [(role, paths[role]) for role in ("target", "mxfp4", "draft") if role in paths]
+        name = f"workload {args.workload}"
+    else:
+        from assistant import modelsets
+
+        if args.model_set:
+            model_set = modelsets.get(args.model_set)
+        else:
+            from assistant.demo import ensure_demo_set
+
+            model_set = ensure_demo_set(say=say)
+        missing = model_set.missing_files()
+        if missing:
+            raise AssistantError(f"{missing[0]}: a file of model set {model_set.name!r} is missing")
+        levels = [(level.role, level.path) for level in model_set.levels]
+        name = f"model set {model_set.name!r}"
+    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    max_tokens = args.max_tokens or 128
+    if max_tokens < 1:
+        raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
+    machine = report.machine()
+    grid = sampled.settings_grid(temperatures, top_ps)
+    say(f"[bench] sampled speed, {name} on {machine['cpu']}: {len(grid)} settings x {len(prompts)} prompts x "
+        f"{args.seeds} seeds, {max_tokens} tokens, {args.threads} threads")
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = sampled.run(levels, prompts, grid, list(range(args.seeds)), max_tokens, args.threads, lengths,
+                         build.tools_dir(), args.out / "logs")
+    result = {"machine": machine, "workload": name, "record": record, "summary": sampled.summarize(record)}
+    (args.out / "sampled.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    text = sampled.markdown(result)
+    (args.out / "sampled.md").write_text(text)
+    print(text)
     return 0
 
 

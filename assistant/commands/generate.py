@@ -48,7 +48,8 @@ def add_arguments(parser):
     sampling.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
     sampling.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = off)")
-    sampling.add_argument("--seed", type=int, help="random seed for sampling")
+    sampling.add_argument("--seed", type=int, help="random seed for sampling: the same seed gives the same answer, "
+                          "with any --levels (it is the target's own sample for that seed)")
     parser.add_argument("-n", "--max-tokens", type=int, default=512, help="most new tokens (default 512)")
     parser.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
     parser.add_argument("--stats", action="store_true", help="print per-level statistics to stderr at the end, with the chain shapes "

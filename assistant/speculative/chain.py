@@ -1,13 +1,14 @@
 """The nested draft/verify loop over a chain of levels, target first.
 
 Each level produces tokens distributed exactly as its own model: it asks the level below it for a draft,
-evaluates [last token] + draft as one batch, keeps the longest acceptable prefix and appends its own
-correction (or a bonus token when all were kept). Greedy acceptance is "equals my argmax"; sampling
-acceptance is speculative sampling against the drafter's distribution, which the drafter computed while
-producing. The policy's plan says which levels take part in a target round and how much each drafts; a level
-left out catches up when it next takes part. A drafter the policy does not need from the first round (its
-``upfront`` levels) leaves the prompt for that catch-up too, so a level never planned never evaluates it. All
-levels share one TokenSequence, cut back on rejection.
+evaluates [last token] + draft as one batch, keeps the longest prefix equal to its own choices and appends its
+own next choice (a correction, or a bonus token when all were kept). A choice is the argmax when greedy; when
+sampling, the token the position's noise picks from the level's processed distribution, the same noise at every
+level (probabilities.py), so the answer is the target's own sample for the seed. The policy's plan says which
+levels take part in a target round and how much each drafts; a level left out catches up when it next takes
+part. A drafter the policy does not need from the first round (its ``upfront`` levels) leaves the prompt for that
+catch-up too, so a level never planned never evaluates it. All levels share one TokenSequence, cut back on
+rejection.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from assistant.speculative.probabilities import Sampler, top_probability
 
 
 class Chain:
-    def __init__(self, levels, n_shared: int, n_ctx: int, accept=None):
+    def __init__(self, levels, n_shared: int, n_ctx: int):
         self.levels = levels
         self.n_shared = n_shared
         self.n_ctx = n_ctx
-        self.accept = accept or accept_ratio  # injectable only to show the tests catch a wrong rule
         self.policy = None
         self.sequence = None
         self.origins: list[int] = []
@@ -40,10 +40,9 @@ class Chain:
         self.origins = [-1] * len(sequence)
         self.greedy = sampling.greedy
         self.policy = policy
-        policy.begin_generation()
-        self.sampler = None if self.greedy else Sampler(sampling, self.n_shared, np.random.default_rng(sampling.seed))
+        policy.begin_generation(setting_key(sampling))
+        self.sampler = None if self.greedy else Sampler(sampling, self.n_shared)
         self._rebuilt_row = np.empty(self.n_shared, dtype=np.float32) if self.sampler else None
-        rows = policy.max_length + 2
         self.record = RoundRecord()
         # The target's prompt first, and the policy's upfront levels'. A level with the target's attention
         # geometry (its MXFP4 copy) takes a copy of the target's cache instead unless it lacks only a few tokens
@@ -53,7 +52,7 @@ class Chain:
         target = self.levels[0].context
         upfront = set(policy.upfront)
         for index, level in enumerate(self.levels):
-            level.prepare(self.n_shared, rows, not self.greedy)
+            level.prepare(self.n_shared)
             if not level.is_model or (index and level.shares_target_cache and copying_pays(level.context, sequence)
                                       and level.context.adopt_cache(target)):
                 continue
@@ -76,7 +75,7 @@ class Chain:
                                 {index: len(proposal) for index, proposal in proposals.items()})
         self.record = RoundRecord()
         self.proposed = (base, proposals)
-        self._verify(plan, 0, room, 0)
+        self._verify(plan, 0, room)
         self._judge_in_hindsight(plan, proposals, base)
         self.policy.record(self.record)
         tokens = self.sequence.tokens
@@ -93,14 +92,11 @@ class Chain:
             return self._draft_alone(plan.shape[at], count, plan.stop_below)
         start = len(self.sequence)
         while (produced := len(self.sequence) - start) < count:
-            self._verify(plan, at, limit - produced, produced)
+            self._verify(plan, at, limit - produced)
         return produced
 
-    def _verify(self, plan: Plan, at: int, room: int, row: int) -> None:
-        """The level at ``plan.shape[at]`` verifies one draft from the level below: appends 1 to ``room`` tokens.
-
-        ``row`` is where this level's distributions for the new tokens go (sampling, levels below the target).
-        """
+    def _verify(self, plan: Plan, at: int, room: int) -> None:
+        """The level at ``plan.shape[at]`` verifies one draft from the level below: appends 1 to ``room`` tokens."""
         index = plan.shape[at]
         level, drafter, below = self.levels[index], None, None
         if at and self._behind(level) > self.policy.max_length + 1:
@@ -114,10 +110,10 @@ class Chain:
             drafted = self._produce(plan, at + 1, wanted, min(plan.rooms[at], room - 1))
         began = time.perf_counter()
         if self.greedy:
-            accepted, token = self._verify_greedy(self._row_choices(level.context, base - 1), base, drafted)
+            choice = self._row_choices(level.context, base - 1)
         else:
-            logits = self._row_logits(level.context, base - 1)
-            accepted, token = self._verify_sampled(index, below, logits, base, drafted, row)
+            choice = self._sampled_choices(level, self._row_logits(level.context, base - 1), base)
+        accepted, token = self._verify_choices(choice, base, drafted)
         self._cut(base + accepted)
         self._append(token, index)
         exhausted = below is not None and not below.is_model and drafted < wanted  # an n-gram match ended
@@ -173,10 +169,10 @@ class Chain:
                     break
                 token = int(logits.argmax())
             else:
-                p = self.sampler.probabilities(logits, level.probabilities[produced])
+                p = self.sampler.probabilities(logits, level.scratch)
                 if stop_below and produced and float(p.max()) < stop_below:
                     break
-                token = self.sampler.draw(p)
+                token = self.sampler.choose(p, len(sequence))
             self._append(token, index)
             produced += 1
         self.record.drafts.append(Drafting(index, produced, time.perf_counter() - began))
@@ -201,30 +197,19 @@ class Chain:
         rows = context.evaluate(self.sequence, first_output)
         return lambda j: rows[j, : self.n_shared]
 
-    def _verify_greedy(self, choice, base: int, drafted: int) -> tuple[int, int]:
-        """The longest prefix of the draft equal to this level's argmax ``choice(j)``, then its own next token."""
+    def _sampled_choices(self, level, logits, base: int):
+        """``choice(j)``: the token this level samples from row j (``logits(j)``), at sequence position base + j."""
+        sampler = self.sampler
+        return lambda j: sampler.choose(sampler.probabilities(logits(j), level.scratch), base + j)
+
+    def _verify_choices(self, choice, base: int, drafted: int) -> tuple[int, int]:
+        """The longest prefix of the draft equal to this level's choices ``choice(j)``, then its own next token."""
         tokens = self.sequence.tokens
         for j in range(drafted):
             chosen = choice(j)
             if chosen != tokens[base + j]:
                 return j, chosen
         return drafted, choice(drafted)
-
-    def _verify_sampled(self, index: int, below, logits, base: int, drafted: int, row: int) -> tuple[int, int]:
-        """Speculative sampling of ``below``'s draft against this level's distribution (``logits(j)``: row j's)."""
-        level = self.levels[index]
-        sampler = self.sampler
-        keeps_rows = index > 0
-        tokens = self.sequence.tokens
-        for j in range(drafted):
-            p = sampler.probabilities(logits(j), level.probabilities[row + j] if keeps_rows else level.scratch)
-            q = below.probabilities[j] if below.is_model else None
-            token = tokens[base + j]
-            q_token = q[token] if q is not None else 1.0
-            if not self.accept(sampler.uniform(), float(p[token]), float(q_token)):
-                return j, sampler.residual_draw(p, q, token)
-        p = sampler.probabilities(logits(drafted), level.probabilities[row + drafted] if keeps_rows else level.scratch)
-        return drafted, sampler.draw(p)
 
     # --- the shared sequence ----------------------------------------------------------------------
     def _proposals(self) -> dict[int, list[int]]:
@@ -275,6 +260,7 @@ def copying_pays(context, sequence) -> bool:
     return context.behind(sequence) * COPIES_PER_EVALUATION > len(sequence)
 
 
-def accept_ratio(uniform: float, p_token: float, q_token: float) -> bool:
-    """Speculative sampling: keep a draft token with probability min(1, p/q)."""
-    return uniform * q_token < p_token
+def setting_key(sampling) -> tuple:
+    """What a policy keeps acceptance apart by: a draft's agreement with its verifier depends on how both
+    choose (greedy, or the temperature and truncation of sampling), not on the seed."""
+    return ("greedy",) if sampling.greedy else (sampling.temperature, sampling.top_k, sampling.top_p)

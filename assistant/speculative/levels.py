@@ -8,7 +8,7 @@ from assistant.speculative.events import LevelStats
 
 
 class ModelLevel:
-    """A model and its context; ``probabilities[r]`` holds its distribution for the r-th token it produced."""
+    """A model and its context; ``scratch`` holds one processed row of its logits at a time."""
 
     is_model = True
 
@@ -19,16 +19,12 @@ class ModelLevel:
         self.shares_target_cache = shares_target_cache  # same attention geometry: may copy the target's cache
         self.stats = LevelStats(role)
         self.rounds = 0
-        self.probabilities: np.ndarray | None = None
         self.scratch: np.ndarray | None = None
 
-    def prepare(self, n_shared: int, rows: int, sampling: bool) -> None:
-        """Buffers for one generation: ``rows`` distributions when sampling, one scratch row always."""
+    def prepare(self, n_shared: int) -> None:
+        """Buffers and statistics for one generation."""
         if self.scratch is None or self.scratch.shape[0] != n_shared:
             self.scratch = np.empty(n_shared, dtype=np.float32)
-        if sampling:
-            if self.probabilities is None or self.probabilities.shape != (rows, n_shared):
-                self.probabilities = np.empty((rows, n_shared), dtype=np.float32)
         self.stats = LevelStats(self.role)
         self.rounds = 0
 
@@ -40,8 +36,8 @@ class NgramLevel:
     "0, 0, 0"): the copy then goes on over its own proposal, as a repetition continues, so a period of three
     tokens proposes as many as asked rather than three.
 
-    Its proposals are certain (a one-hot distribution), so the verifier accepts token t with probability
-    p(t) and otherwise resamples from p with t removed.
+    Its proposals are certain: when sampling, the verifier keeps token t where its own choice is t, which
+    happens with probability p(t).
     """
 
     is_model = False
@@ -56,7 +52,7 @@ class NgramLevel:
         self.rounds = 0
         self.context = None
 
-    def prepare(self, n_shared: int, rows: int, sampling: bool) -> None:
+    def prepare(self, n_shared: int) -> None:
         self.stats = LevelStats(self.role)
         self.rounds = 0
         self.length = 0

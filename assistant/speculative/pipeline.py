@@ -10,7 +10,7 @@ from assistant.errors import AssistantError
 from assistant.speculative.chain import Chain
 from assistant.speculative.events import Generation, LevelStats, Sampling, Stats, TokenEvent
 from assistant.speculative.levels import ModelLevel, NgramLevel
-from assistant.speculative.policy import for_sampling, make_policy
+from assistant.speculative.policy import make_policy
 from assistant.speculative.stopping import StopStrings
 
 DEFAULT_CONFIDENCE = 0.3
@@ -19,20 +19,20 @@ DEFAULT_CONFIDENCE = 0.3
 class Pipeline:
     """A chain of levels, target first, each with its own llama.cpp context; generates losslessly."""
 
-    def __init__(self, levels, n_ctx: int, draft_length, confidence: float, n_shared: int, accept=None):
+    def __init__(self, levels, n_ctx: int, draft_length, confidence: float, n_shared: int):
         self.levels = levels
         self.target = levels[0].model
         self.n_ctx = n_ctx
         self.roles = [level.role for level in levels]
         limited = [index for index, level in enumerate(levels) if not level.is_model]
         self.policy = make_policy(draft_length, len(levels), limited, confidence)
-        self.chain = Chain(levels, n_shared, n_ctx, accept)
+        self.chain = Chain(levels, n_shared, n_ctx)
         self._running = None
 
     @classmethod
     def load(cls, source, levels: int | None = None, n_ctx: int = 4096, threads: int | None = None,
              draft_length="adaptive", ngram: bool | None = None, confidence: float = DEFAULT_CONFIDENCE,
-             accept=None, target_rpc: str | None = None) -> "Pipeline":
+             target_rpc: str | None = None) -> "Pipeline":
         """Load every GGUF once and make one context each.
 
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
@@ -68,7 +68,7 @@ class Pipeline:
             raise
         if default_ngram(draft_length, len(chain)) if ngram is None else ngram:
             chain.append(NgramLevel(capacity=n_ctx))
-        return cls(chain, n_ctx, draft_length, confidence, n_shared, accept)
+        return cls(chain, n_ctx, draft_length, confidence, n_shared)
 
     # --- generation -------------------------------------------------------------------------------
     def chat(self, messages: list[dict], sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
@@ -122,8 +122,7 @@ class Pipeline:
         began = time.perf_counter()
         decode_before = [_decode_seconds(level) for level in self.levels]
         chain = self.chain
-        policy = for_sampling(self.policy, sampling)
-        chain.start(TokenSequence(prompt), sampling, policy)
+        chain.start(TokenSequence(prompt), sampling, self.policy)
         prompt_seconds = time.perf_counter() - began
         cached_tokens = len(prompt) - self.levels[0].context.last_batch  # kept from the previous generation
         first_token_seconds = None
@@ -170,7 +169,7 @@ class Pipeline:
             for token_id, origin, piece in tail:
                 yield TokenEvent(token_id, piece, origin)
         seconds = time.perf_counter() - began
-        stats = self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, policy)
+        stats = self._stats(prompt, new_tokens, seconds, prompt_seconds, reason, decode_before, self.policy)
         stats.cached_tokens = cached_tokens
         stats.first_token_seconds = seconds if first_token_seconds is None else first_token_seconds
         return stats

@@ -16,10 +16,6 @@ from assistant.speculative.measurements import AnswerLength
 from assistant.speculative.plan import Plan, RoundRecord
 from assistant.speculative.prediction import MAX_DRAFT, CostModel
 
-# Seeded sampling drafts a constant number of tokens: the adaptive policy's choices follow measured timings,
-# and the random draws follow the draft schedule, so only a fixed schedule makes a seed reproduce its text.
-SEEDED_DRAFT_LENGTH = 4
-
 
 def shape_name(roles, shape) -> str:
     return "<-".join(roles[level] for level in shape)
@@ -43,7 +39,7 @@ class ConstantLength:
     def wants_rate(self, level: int) -> bool:
         return False
 
-    def begin_generation(self) -> None:
+    def begin_generation(self, setting=None) -> None:
         self.rounds = 0
 
     def plan(self, behind: list[int], remaining: int | None = None, supply: dict | None = None) -> Plan:
@@ -81,11 +77,12 @@ class AdaptivePolicy:
         """Whether ``level``'s prompt rate is unknown, so that a slice of the prompt should time it."""
         return not self.model.measured(level) and not self.model.catching[level].known
 
-    def begin_generation(self) -> None:
+    def begin_generation(self, setting=None) -> None:
+        """``setting``: how the levels choose (greedy, or a sampling setting): acceptance is kept per setting."""
         if self.produced:
             self.lengths.add(self.produced, cut=self.limit is not None and self.produced >= self.limit)
         self.produced, self.limit = 0, None
-        self.model.begin_generation()
+        self.model.begin_generation(setting)
         self.explorer.begin_generation()
 
     def plan(self, behind: list[int], remaining: int | None = None, supply: dict | None = None) -> Plan:
@@ -132,9 +129,3 @@ def make_policy(draft_length, n_levels: int, limited=(), confidence: float = 0.0
 
         raise AssistantError(f"draft length must be a number or 'adaptive', not {draft_length!r}") from None
 
-
-def for_sampling(policy, sampling):
-    """The policy that runs a generation: ``policy``, or a constant one when a seed must reproduce its text."""
-    if sampling.greedy or sampling.seed is None or isinstance(policy, ConstantLength):
-        return policy
-    return ConstantLength(SEEDED_DRAFT_LENGTH, policy.n_levels, policy.confidence)

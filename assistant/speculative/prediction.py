@@ -22,8 +22,9 @@ A batch longer than any verification is a level catching up on tokens it missed 
 rounds it sat out): it goes to that level's catch-up rate, not to its batch costs, so that pricing a shape's
 catch-up uses what catching up really cost, and a prompt-sized batch never stands in for a verification.
 
-Costs describe the machine, so they persist between generations; acceptance describes the text, so each
-generation starts from the previous one's ratios at a small weight.
+Costs describe the machine, so they persist between generations; acceptance describes the text and how the
+levels choose, so each generation starts from the ratios of the previous one with the same sampling setting, at
+a small weight.
 """
 
 from __future__ import annotations
@@ -48,12 +49,26 @@ class CostModel:
         self.cost = [BatchCost() for _ in range(n_levels)]  # evaluating and judging a batch, per level
         self.drafting = [Rate(decay) for _ in range(n_levels)]  # seconds per token when drafting alone
         self.catching = [Rate(decay) for _ in range(n_levels)]  # seconds per token of batches past a verification
-        self.pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
-        self.supply = {level: Supply(decay) for level in limited}  # tokens per request of limited drafters
-        self.runs = {(v, d): RunLength(decay) for (v, d) in self.pairs if d in self.supply}  # kept of theirs
+        self.decay, self.limited = decay, tuple(limited)
+        self.settings: dict = {}  # per sampling setting, its (pairs, supply, runs)
+        self.pairs, self.supply, self.runs = self._acceptance()
         self._tables: dict[int, list[float]] = {}  # per level, batch seconds by size, until the next record
 
-    def begin_generation(self) -> None:
+    def _acceptance(self) -> tuple[dict, dict, dict]:
+        """Fresh acceptance measurements: per pair, per limited drafter (its tokens per request), and per pair
+        with a limited drafter (the runs its verifier kept)."""
+        decay, n_levels = self.decay, self.n_levels
+        pairs = {(v, d): Rate(decay) for v in range(n_levels) for d in range(v + 1, n_levels)}
+        supply = {level: Supply(decay) for level in self.limited}
+        runs = {(v, d): RunLength(decay) for (v, d) in pairs if d in supply}
+        return pairs, supply, runs
+
+    def begin_generation(self, setting=None) -> None:
+        """Take up ``setting``'s acceptance (a draft agrees with its verifier far less when both sample at a high
+        temperature than when both are greedy), at a small weight; costs stay, they describe the machine."""
+        if setting not in self.settings:
+            self.settings[setting] = self._acceptance()
+        self.pairs, self.supply, self.runs = self.settings[setting]
         for measured in (*self.pairs.values(), *self.supply.values(), *self.runs.values()):
             measured.shrink(GENERATION_PRIOR)
 
