@@ -285,6 +285,9 @@ def test_summary_speedups_are_per_prompt_ratios_with_geomean():
     (["--pipelines", "target,warp-drive"], "unknown pipeline 'warp-drive'"),
     (["--threads", "0"], "--threads must be 1 or more"),
     (["--remote-verify", "/nonexistent/target.gguf"], "/nonexistent/target.gguf: no such GGUF file"),
+    (["--temperature", "warm"], "--temperature: give comma-separated numbers from 0.0 to 10.0, not 'warm'"),
+    (["--temperature", "0.7", "--top-p", "0"], "--top-p: give comma-separated numbers from 0.01 to 1.0, not '0'"),
+    (["--temperature", "0.7", "--seeds", "0"], "--seeds must be 1 or more"),
 ])
 def test_bad_options_are_one_line_errors(args, message, tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), *args]) == 1
@@ -477,3 +480,25 @@ def test_set_run_on_a_missing_set_is_a_one_line_error(tmp_path, tiny_set, capsys
     assert main(["bench", "--set", "nonesuch", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no model set named 'nonesuch' (registered: tiny)" in err
+
+
+def test_temperature_run_compares_every_method_at_each_setting_with_llama_cpp(tmp_path, tiny_set):
+    """`bench --temperature`: at each temperature and top-p, every method of ours (fixed draft lengths included)
+    and llama-speculative-simple at the same setting really run on the set's files; every answer of ours for a
+    seed is the target alone's for that seed; the report has a column per setting."""
+    out = tmp_path / "out"
+    done = bench("--temperature", "0,0.8", "--top-p", "1.0,0.9", "--set", "tiny", "--limit", "1", "--seeds", "2",
+                 "--max-tokens", "10", "--threads", "1", "--sweep-lengths", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "sampled.json").read_text())
+    record = result["record"]
+    assert [(s["temperature"], s["top_p"]) for s in record["grid"]] == [(0.0, 1.0), (0.8, 1.0), (0.8, 0.9)]
+    keys = [method["key"] for method in record["methods"]]
+    assert keys == ["target", "target+mxfp4", "target+mxfp4-k3", "target+draft", "target+draft-k3", "target+ngram",
+                    "default-chain", "llama-spec-mxfp4-k3", "llama-spec-draft-k3", "llama-spec-ngram"]
+    assert len(record["rows"]) == len(keys) * (1 + 2 + 2)  # greedy once, each sampled setting per seed
+    sampled_commands = [row["command"] for row in record["rows"] if "command" in row and row["temperature"] > 0]
+    assert sampled_commands and all("--temp 0.8 " in command and "--seed " in command for command in sampled_commands)
+    assert all(row["identical"] for row in record["rows"] if "identical" in row)
+    assert all(setting["methods"]["target"]["median"] == 1.0 for setting in result["summary"])
+    assert "| T=0.8 top-p=0.9 |" in (out / "sampled.md").read_text()

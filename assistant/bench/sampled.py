@@ -14,6 +14,7 @@ the report counts those that do not. Temperature 0 is greedy, one run a prompt.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -103,6 +104,10 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
                                     "acceptance": result.accepted / result.drafted if result.drafted else 0.0,
                                     "command": result.command}
                         rows.append(row)
+                if not progress.enabled:  # a log file gets one line a prompt
+                    print(f"[bench] T={setting['temperature']} top-p={setting['top_p']}: prompt {index + 1}/"
+                          f"{len(prompts)} done after {(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr,
+                          flush=True)
     finally:
         worker.close()
         progress.finish()
@@ -179,7 +184,7 @@ def markdown(result: dict) -> str:
             m = setting["methods"].get(method["key"])
             cells.append("-" if m is None else f"{m['median']:.2f}x ({m['lowest']:.2f})")
         lines.append(f"| {method['label']} | " + " | ".join(cells) + " |")
-    lines += ["", "| setting | default chain | best fixed of ours | best of llama.cpp | acceptance (default chain) | "
+    lines += ["", "| setting | default chain | best other method of ours | best of llama.cpp | acceptance (default chain) | "
               "answers differing |", "| --- | --- | --- | --- | --- | --- |"]
     for setting in summary:
         ms = setting["methods"]
