@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 READ_DEFAULT_PROMPTS = """
 import assistant
 from assistant.bench.workloads import DEFAULT_PROMPTS
-from assistant.commands.bench import load_prompts
+from assistant.bench.workloads import load_prompts
 
 print(assistant.__file__)
 print(len(load_prompts(DEFAULT_PROMPTS, None)))

@@ -142,7 +142,9 @@ def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:
     encoded, decoded = ENCODED.search(stderr), DECODED.search(stderr)
     counters = {name: int(value) for name, value in COUNTER.findall(stderr)}
     if not encoded or not decoded or "n_drafted" not in counters:
-        raise AssistantError(f"{PROGRAM}: could not find its timing and acceptance lines in its output")
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "nothing on stderr"
+        raise AssistantError(f"{PROGRAM}: could not find its timing and acceptance lines in its output "
+                             f"(its last line: {last.strip()[:200]})")
     body = stdout[2:] if stdout.startswith("\n\n") else stdout
     if not body.startswith(prompt):
         raise AssistantError(f"{PROGRAM}: its echo of the prompt differs from the prompt we gave it")

@@ -70,9 +70,8 @@ def study(pipeline, prompts: list[dict], sampling, seeds: int, max_tokens: int, 
 
 
 def main(argv=None) -> int:
-    from assistant.bench.sampled import settings_grid
-    from assistant.commands.bench import _numbers, load_prompts
-    from assistant.bench.workloads import DEFAULT_PROMPTS
+    from assistant.bench.sampled import parse_numbers, settings_grid
+    from assistant.bench.workloads import DEFAULT_PROMPTS, load_prompts
     from assistant.speculative import Pipeline, Sampling
 
     parser = argparse.ArgumentParser(prog="python -m assistant.bench.proposals", description=__doc__.split("\n\n")[0])
@@ -94,8 +93,8 @@ def main(argv=None) -> int:
 
         model_set = ensure_demo_set(say=lambda text: print(text, file=sys.stderr))
     prompts = load_prompts(args.prompts, args.limit)
-    grid = settings_grid(_numbers("--temperature", args.temperature, 0.01, 10.0),
-                         _numbers("--top-p", args.top_p, 0.01, 1.0))
+    grid = settings_grid(parse_numbers("--temperature", args.temperature, 0.01, 10.0),
+                         parse_numbers("--top-p", args.top_p, 0.01, 1.0))
     print("| setting | draft | positions | " + " | ".join(RULES) + " |")
     print("| --- | --- | --- |" + " --- |" * len(RULES))
     with Pipeline.load(model_set, ngram=False) as pipeline:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from assistant.bench import llamacpp
+from assistant.errors import AssistantError
 from assistant.bench.progress import Progress
 from assistant.bench.runner import WARMUP_TOKENS, WorkerProcess
 
@@ -52,6 +53,17 @@ def methods(levels: list[tuple[str, Path]], lengths: tuple[int, ...], llama_cpp:
         found.append({"key": f"{LLAMA_PREFIX}ngram", "label": f"llama-speculative-simple, {llamacpp.NGRAM}, stock "
                       "kernels", "draft": None, "length": 0})
     return found
+
+
+def parse_numbers(option: str, text: str, low: float, high: float) -> list[float]:
+    """``text``'s comma-separated numbers, each from ``low`` to ``high``, or a one-line error naming ``option``."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(low <= value <= high for value in values):
+        raise AssistantError(f"{option}: give comma-separated numbers from {low} to {high}, not {text!r}")
+    return values
 
 
 def settings_grid(temperatures: list[float], top_ps: list[float]) -> list[dict]:
@@ -96,10 +108,8 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
                             row |= {"seconds": reply["seconds"], "new_tokens": reply["new_tokens"],
                                     "tokens": reply["tokens"], "levels": reply["levels"], "shapes": reply["shapes"]}
                         else:
-                            result = llamacpp.run(bin_dir, levels[0][1], method["draft"], texts[index], max_tokens,
-                                                  method["length"], threads, n_ctx, dict(llamacpp.STOCK_KERNELS),
-                                                  spec_type=llamacpp.DRAFT if method["draft"] else llamacpp.NGRAM,
-                                                  sampling=sampling)
+                            result, row["retried"] = _llama_cpp(bin_dir, levels[0][1], method, texts[index],
+                                                                max_tokens, threads, n_ctx, sampling)
                             row |= {"seconds": result.seconds, "new_tokens": result.new_tokens,
                                     "acceptance": result.accepted / result.drafted if result.drafted else 0.0,
                                     "command": result.command}
@@ -116,6 +126,19 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
             "methods": [{key: value for key, value in method.items() if key != "spec"} for method in chosen],
             "grid": grid, "seeds": seeds, "prompts": [prompt.get("id", str(i)) for i, prompt in enumerate(prompts)],
             "max_tokens": max_tokens, "threads": threads, "rows": rows, "seconds": time.perf_counter() - began}
+
+
+def _llama_cpp(bin_dir: Path, target: Path, method: dict, prompt: str, max_tokens: int, threads: int, n_ctx: int,
+               sampling: dict):
+    """llama-speculative-simple once (stock kernels), again if its output could not be read (a long run should not
+    be lost to one such run; the row keeps the first error)."""
+    arguments = (bin_dir, target, method["draft"], prompt, max_tokens, method["length"], threads, n_ctx,
+                 dict(llamacpp.STOCK_KERNELS))
+    spec_type = llamacpp.DRAFT if method["draft"] else llamacpp.NGRAM
+    try:
+        return llamacpp.run(*arguments, spec_type=spec_type, sampling=sampling), None
+    except AssistantError as error:
+        return llamacpp.run(*arguments, spec_type=spec_type, sampling=sampling), str(error)
 
 
 def _check_identity(rows: list[dict]) -> None:

@@ -130,3 +130,26 @@ def _converted(checkpoint: Path, outdir: Path, name: str, types: tuple[str, ...]
     written = convert(checkpoint, outdir=outdir, name=name, types=types, force=True)
     (marker_dir / ".stamp").write_text(stamp)
     return written
+
+
+def load_prompts(path: Path, limit: int | None) -> list[dict]:
+    """The first ``limit`` (all: None) prompts of a JSON-lines file of {'id', 'messages'}; one-line errors."""
+    if not path.is_file():
+        raise AssistantError(f"{path}: no such prompts file")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            prompt = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise AssistantError(f"{path}:{number}: not JSON ({error.msg})") from None
+        messages = prompt.get("messages") if isinstance(prompt, dict) else None
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+            raise AssistantError(f"{path}:{number}: needs 'messages', a list of {{'role', 'content'}} objects")
+        prompt.setdefault("id", f"line{number}")
+        prompts.append(prompt)
+    if not prompts:
+        raise AssistantError(f"{path}: no prompts")
+    return prompts[:limit] if limit else prompts

@@ -82,28 +82,6 @@ def add_arguments(parser):
                         help="where padded checkpoints and GGUF files are kept between runs")
 
 
-def load_prompts(path: Path, limit: int | None) -> list[dict]:
-    if not path.is_file():
-        raise AssistantError(f"{path}: no such prompts file")
-    prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            prompt = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise AssistantError(f"{path}:{number}: not JSON ({error.msg})") from None
-        messages = prompt.get("messages") if isinstance(prompt, dict) else None
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and "role" in m and "content" in m for m in messages):
-            raise AssistantError(f"{path}:{number}: needs 'messages', a list of {{'role', 'content'}} objects")
-        prompt.setdefault("id", f"line{number}")
-        prompts.append(prompt)
-    if not prompts:
-        raise AssistantError(f"{path}: no prompts")
-    return prompts[:limit] if limit else prompts
-
-
 def run(args) -> int:
     import sys
     import time
@@ -134,7 +112,7 @@ def run(args) -> int:
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
-    prompts = load_prompts(args.prompts, limit)
+    prompts = workloads.load_prompts(args.prompts, limit)
     max_tokens = args.max_tokens or (QUICK["max_tokens"] if args.quick else 128)
     if max_tokens < 1:
         raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
@@ -181,16 +159,6 @@ def run(args) -> int:
     return 0
 
 
-def _numbers(option: str, text: str, low: float, high: float) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or not all(low <= value <= high for value in values):
-        raise AssistantError(f"{option}: give comma-separated numbers from {low} to {high}, not {text!r}")
-    return values
-
-
 def _sampled(args, lengths: tuple[int, ...]) -> int:
     """`--temperature T,...`: sampled speed by temperature, top-p and draft length (assistant/bench/sampled.py)."""
     import sys
@@ -198,8 +166,8 @@ def _sampled(args, lengths: tuple[int, ...]) -> int:
     from assistant.bench import report, sampled, workloads
     from native import build
 
-    temperatures = _numbers("--temperature", args.temperature, 0.0, 10.0)
-    top_ps = _numbers("--top-p", args.top_p, 0.01, 1.0)
+    temperatures = sampled.parse_numbers("--temperature", args.temperature, 0.0, 10.0)
+    top_ps = sampled.parse_numbers("--top-p", args.top_p, 0.01, 1.0)
     if args.seeds < 1:
         raise AssistantError(f"--seeds must be 1 or more, not {args.seeds}")
     if not lengths or min(lengths) < 1:
@@ -223,7 +191,7 @@ def _sampled(args, lengths: tuple[int, ...]) -> int:
             raise AssistantError(f"{missing[0]}: a file of model set {model_set.name!r} is missing")
         levels = [(level.role, level.path) for level in model_set.levels]
         name = f"model set {model_set.name!r}"
-    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    prompts = workloads.load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
     max_tokens = args.max_tokens or 128
     if max_tokens < 1:
         raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
@@ -247,7 +215,7 @@ def _model_set(args, lengths: tuple[int, ...]) -> int:
     import sys
 
     from assistant import modelsets
-    from assistant.bench import report, set_report, set_runner
+    from assistant.bench import report, set_report, set_runner, workloads
     from native import build
 
     if args.model_set:
@@ -263,7 +231,7 @@ def _model_set(args, lengths: tuple[int, ...]) -> int:
         raise AssistantError(f"model set {model_set.name!r} has a remote target: use `assistant bench --remote`")
     if not lengths or min(lengths) < 1:
         raise AssistantError(f"--sweep-lengths: give draft lengths of 1 or more, not {args.sweep_lengths!r}")
-    prompts = load_prompts(args.prompts, args.limit or (QUICK["prompts"] if args.quick else None))
+    prompts = workloads.load_prompts(args.prompts, args.limit or (QUICK["prompts"] if args.quick else None))
     max_tokens = args.max_tokens or (QUICK["max_tokens"] if args.quick else 128)
     if max_tokens < 1:
         raise AssistantError(f"--max-tokens must be 1 or more, not {max_tokens}")
@@ -292,9 +260,9 @@ def _model_set(args, lengths: tuple[int, ...]) -> int:
 
 def _serving(args) -> int:
     """`--serving`: the server's tokens/s over the in-process pipeline's, on the same prompts."""
-    from assistant.bench import serving
+    from assistant.bench import serving, workloads
 
-    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    prompts = workloads.load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
     return _side_bench(args, "serving overhead", prompts, serving.measure, "serving.json", "served_over_direct",
                        "served / direct tokens/s")
 
@@ -310,7 +278,7 @@ def _attached(args) -> int:
 
 def _remote(args) -> int:
     """`--remote`: the chain over a remote target against that target alone, at each added round trip."""
-    from assistant.bench import remote
+    from assistant.bench import remote, workloads
 
     try:
         delays = [float(delay) for delay in args.delays.split(",") if delay.strip()]
@@ -318,7 +286,7 @@ def _remote(args) -> int:
         raise AssistantError(f"--delays: not a list of milliseconds: {args.delays!r}") from None
     if not delays or min(delays) < 0:
         raise AssistantError(f"--delays: give one or more round-trip times of 0 ms or more, not {args.delays!r}")
-    prompts = load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    prompts = workloads.load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
     measure = lambda *rest, say: remote.measure(*rest, delays=delays, say=say)  # noqa: E731
     return _side_bench(args, "remote target", prompts, measure, "remote.json", None, remote.report)
 

@@ -100,7 +100,7 @@ class Context(NativeHandle):
 
     def candidates(self, sequence: TokenSequence, first_output: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """As ``evaluate``, but only the ``count`` largest logits of each row (over the shared vocabulary) and their
-        ids, (rows, count) each in no particular order, chosen where the logits are: what speculative sampling
+        ids, (rows, count) each in no particular order, chosen where the logits are: what sampled verification
         with top-k reads (speculative/candidates.py)."""
         self._top_k.take(count)
         if not self._attach(self._top_k):

@@ -1,4 +1,4 @@
-"""What speculative sampling with top-k needs of a row, chosen where the logits are: the ids and logits of its
+"""What sampled verification with top-k needs of a row, chosen where the logits are: the ids and logits of its
 ``count`` largest logits (top_k and a few spare, see speculative/candidates.py), so that a target on another
 machine sends back 8 bytes per candidate instead of a row of n_vocab floats.
 

@@ -1,4 +1,4 @@
-"""Rows of logits rebuilt from each row's top candidates: speculative sampling with top-k over a target whose
+"""Rows of logits rebuilt from each row's top candidates: sampled verification with top-k over a target whose
 logits are elsewhere (a remote target) reads only the ids and logits of each row's largest ones.
 
 With top_k > 0 the processed distribution p of a row is supported on its top_k largest logits (and any token tied
