@@ -142,7 +142,8 @@ class Chain:
         self.record.batches.append(Batch(index, context.last_batch, time.perf_counter() - began))
 
     def _draft_alone(self, index: int, count: int, stop_below: float) -> int:
-        """``count`` tokens (fewer under ``stop_below``) from the lowest level of the shape, one at a time."""
+        """``count`` tokens (greedy, fewer once the top probability falls under ``stop_below``) from the lowest
+        level of the shape, one at a time."""
         level = self.levels[index]
         sequence = self.sequence
         began = time.perf_counter()
@@ -168,11 +169,8 @@ class Chain:
                 if stop_below and produced and top_probability(logits, level.scratch) < stop_below:
                     break
                 token = int(logits.argmax())
-            else:
-                p = self.sampler.probabilities(logits, level.scratch)
-                if stop_below and produced and float(p.max()) < stop_below:
-                    break
-                token = self.sampler.choose(p, len(sequence))
+            else:  # no early stop: with coupled choices a flat distribution is agreed on as often as a sharp one
+                token = self.sampler.choose(self.sampler.probabilities(logits, level.scratch), len(sequence))
             self._append(token, index)
             produced += 1
         self.record.drafts.append(Drafting(index, produced, time.perf_counter() - began))
