@@ -13,7 +13,7 @@ class Plan:
     verifying the small draft directly. Per verifier (every level of the shape but the last), in shape order:
     ``lengths``, how many drafts it asks of the level below, and ``rooms``, how many it takes when that level's
     last round runs past the length (a batch a little bigger costs about the same). ``stop_below``: the top
-    probability under which the last level stops drafting early.
+    probability under which the last level stops drafting early (greedy only).
     """
 
     shape: tuple[int, ...]
