@@ -6,7 +6,9 @@ order rotated from one (prompt, seed) to the next, whole requests timed from emp
 (the target alone; the target with each draft at the adaptive policy's lengths and at each fixed length; with
 the n-gram level; the default chain), llama.cpp's `llama-speculative-simple` at the same temperature, top-p and
 seed with each draft at each length and with its n-gram lookup (stock kernels, its own timings). A method's
-ratio on a prompt is the target alone's seconds over its own, summed over the prompt's seeds. A seed's answer is
+ratio on a prompt is the target alone's seconds per new token over its own, over the prompt's seeds (ours write
+the target's very tokens, so this is its whole requests' time; llama.cpp samples with its own generator, so its
+answers differ in length). A seed's answer is
 the target's own sample for that seed (probabilities.py), so every answer of ours must equal the target alone's:
 the report counts those that do not. Temperature 0 is greedy, one run a prompt.
 """
@@ -151,25 +153,27 @@ def _check_identity(rows: list[dict]) -> None:
 
 
 def summarize(record: dict) -> list[dict]:
-    """Per setting: each method's median and lowest ratio over prompts (target alone's seconds over its own,
-    seeds summed), its acceptance (ours: per level below the target), and answers differing from the target's."""
+    """Per setting: each method's median and lowest ratio over prompts (the target alone's seconds per new token
+    over its own, seeds summed: ours write the target's tokens, llama.cpp's program samples others, of other
+    lengths), its acceptance (ours: per level below the target), and answers differing from the target's."""
     summary = []
     for setting in record["grid"]:
         rows = [row for row in record["rows"]
                 if row["temperature"] == setting["temperature"] and row["top_p"] == setting["top_p"]]
-        seconds: dict[str, dict[str, float]] = {}
+        spent: dict[str, dict[str, list[float]]] = {}  # method -> prompt -> [seconds, new tokens]
         for row in rows:
-            per_prompt = seconds.setdefault(row["method"], {})
-            per_prompt[row["prompt"]] = per_prompt.get(row["prompt"], 0.0) + row["seconds"]
-        base = seconds[TARGET]
+            totals = spent.setdefault(row["method"], {}).setdefault(row["prompt"], [0.0, 0])
+            totals[0] += row["seconds"]
+            totals[1] += row["new_tokens"]
+        base = spent[TARGET]
         methods_summary = {}
-        for method, per_prompt in seconds.items():
-            ratios = [base[prompt] / spent for prompt, spent in per_prompt.items() if spent > 0]
+        for method, per_prompt in spent.items():
+            ratios = [(base[prompt][0] / max(base[prompt][1], 1)) / (seconds / max(tokens, 1))
+                      for prompt, (seconds, tokens) in per_prompt.items() if seconds > 0]
             mine = [row for row in rows if row["method"] == method]
-            tokens = sum(row["new_tokens"] for row in mine)
             methods_summary[method] = {
                 "median": statistics.median(ratios), "lowest": min(ratios),
-                "tokens_per_second": tokens / sum(per_prompt.values()),
+                "tokens_per_second": sum(t for _, t in per_prompt.values()) / sum(s for s, _ in per_prompt.values()),
                 "acceptance": _acceptance(mine),
                 "differing": sum(1 for row in mine if row.get("identical") is False)}
         summary.append({**setting, "methods": methods_summary})
@@ -197,7 +201,7 @@ def markdown(result: dict) -> str:
         f"Machine: {machine['cpu']} ({machine['cpu_class']}), {machine['cpus']} CPUs; kernels: {machine['kernels']}.",
         f"{len(record['prompts'])} prompts x {len(record['seeds'])} seeds, {record['max_tokens']} new tokens, "
         f"{record['threads']} threads; whole requests, alternated; a cell is the median over prompts of the target "
-        "alone's seconds over the method's (lowest prompt in brackets).", "",
+        "alone's seconds per new token over the method's (lowest prompt in brackets).", "",
         "| method | " + " | ".join(f"T={s['temperature']} top-p={s['top_p']}" for s in summary) + " |",
         "| --- |" + " --- |" * len(summary),
     ]
