@@ -6,8 +6,9 @@ The result lives outside the repository (``ASSISTANT_NATIVE_CACHE``, default ``~
     <cache>/src-portable/, <cache>/src/             the sdist with our files added and our patch applied
     <cache>/build-portable/, <cache>/build/         CMake's build trees, kept so a kernel edit rebuilds one file
     <cache>/<key>/llama_cpp_python-*.whl            the wheel for this exact set of inputs
-    <cache>/<key>/bin/                              llama-bench, llama-speculative-simple, test-backend-ops,
-                                                    ggml-rpc-server and the shared libraries they run with
+    <cache>/<key>/bin/                              llama-bench, llama-speculative-simple, llama-completion,
+                                                    llama-quantize, test-backend-ops, ggml-rpc-server and the
+                                                    shared libraries they run with
 
 Two flavours, each with its own source and build tree (``ASSISTANT_NATIVE_FLAVOUR`` or ``--flavour``):
 ``portable`` (the default) builds ggml's CPU backend once per CPU family as modules, and the process loads the
@@ -46,7 +47,8 @@ NATIVE_DIR = Path(__file__).resolve().parent
 KERNEL_SOURCES = NATIVE_DIR / "src"
 PATCHES = NATIVE_DIR / "patches"
 KERNEL_DEST = Path("vendor/llama.cpp/ggml/src/ggml-cpu/assistant")
-TOOLS = ("llama-bench", "llama-speculative-simple", "test-backend-ops", "ggml-rpc-server")
+TOOLS = ("llama-bench", "llama-speculative-simple", "llama-completion", "llama-quantize", "test-backend-ops",
+         "ggml-rpc-server")
 
 # Tools are off for the wheel (it ships only libraries) and switched on afterwards in the same build tree,
 # so the second configure reuses every object and compiles just these programs.
