@@ -83,7 +83,7 @@ def safe_name(text: str) -> str:
 
 
 def _open(path: Path) -> gguf.GGUFReader:
-    from assistant.engine.model import check_gguf_file
+    from assistant.engine.gguf_header import check_gguf_file
 
     check_gguf_file(path)
     size = path.stat().st_size

@@ -7,17 +7,22 @@ import time
 
 
 class Progress:
-    def __init__(self, label: str, total_bytes: int, enabled: bool | None = None, stream=None):
+    """``show_after``: seconds before the bar first appears (a job that ends sooner shows nothing)."""
+
+    def __init__(self, label: str, total_bytes: int, enabled: bool | None = None, stream=None,
+                 show_after: float = 0.0):
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label, self.total, self.done = label, max(total_bytes, 1), 0
         self.started = self.last_shown = time.monotonic()
+        self.show_after, self.shown = show_after, False
 
     def advance(self, nbytes: int) -> None:
         self.done += nbytes
         now = time.monotonic()
-        if self.enabled and (now - self.last_shown > 0.2 or self.done >= self.total):
-            self.last_shown = now
+        if (self.enabled and now - self.started >= self.show_after
+                and (now - self.last_shown > 0.2 or self.done >= self.total or not self.shown)):
+            self.last_shown, self.shown = now, True
             rate = self.done / max(now - self.started, 1e-9) / 1e6
             width = 30
             filled = int(width * self.done / self.total)
@@ -27,9 +32,14 @@ class Progress:
             )
             self.stream.flush()
 
+    def moved_to(self, done: int, total: int) -> None:
+        """For jobs that report where they are rather than what they added."""
+        self.total = max(total, 1)
+        self.advance(done - self.done)
+
     def finish(self) -> float:
         """Seconds since the start; ends the progress line."""
-        if self.enabled:
+        if self.shown:
             self.stream.write("\n")
             self.stream.flush()
         return time.monotonic() - self.started

@@ -83,10 +83,17 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
     foreign = foreign_vocabulary(bench_gguf["draft_bf16"], tmp_path / "foreign.gguf")
     damaged = tmp_path / "damaged.gguf"
     damaged.write_bytes(bench_gguf["draft_bf16"].read_bytes()[:100_000])
+    data = bench_gguf["draft_bf16"].read_bytes()
+    cut = tmp_path / "cut.gguf"  # the header whole, a tenth of the weights missing
+    cut.write_bytes(data[:len(data) * 9 // 10])
+    short = tmp_path / "short.gguf"  # the last weight's last bytes missing
+    short.write_bytes(data[:-100])
     cases = {
         "vocabulary differs from the target": ["hi", "--target", target, "--draft", foreign],
         "missing.gguf: no such GGUF file": ["hi", "--target", tmp_path / "missing.gguf"],
-        "damaged.gguf: llama.cpp could not load this GGUF": ["hi", "--target", target, "--draft", damaged],
+        "damaged.gguf: truncated or damaged GGUF file": ["hi", "--target", target, "--draft", damaged],
+        "cut.gguf: truncated or damaged GGUF file": ["hi", "--target", target, "--draft", cut],
+        "short.gguf: llama.cpp could not load this GGUF": ["hi", "--target", target, "--draft", short],
         "prompt has": ["x = 1\n" * 400, "--target", target, "--ctx", "256"],
         "no model set named 'nope'": ["hi", "--model-set", "nope"],
         "--draft-length must be": ["hi", "--target", target, "--draft-length", "many"],

@@ -29,14 +29,18 @@ def test_list_shows_levels_files_sizes_and_the_default(two_sets, capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("* alpha  3 levels, ") and lines[0].endswith("(default)")
-    assert lines[4].startswith("  beta  3 levels, ")
+    # what the set needs in memory: its weights, and the cache and buffers of a 4096-token context beside them
+    need, unit = lines[4].split()[1:3]
+    assert lines[4].endswith("of memory here at 4096 tokens of context")
+    assert float(need) * {"MB": 1e6, "GB": 1e9}[unit] > sum(level.path.stat().st_size for level in alpha.levels)
+    assert lines[5].startswith("  beta  3 levels, ")
     for line, level in zip(lines[1:4], alpha.levels):
         number, role, size, unit, path, *note = line.split()
         assert (role, path) == (level.role, str(level.path))
         assert abs(float(size) * {"MB": 1e6, "kB": 1e3}[unit] - level.path.stat().st_size) < 0.06 * 1e6
         # the MXFP4 files (the copy, the draft converted by pull) say how their output projection is stored
         assert " ".join(note) == ("" if role == "target" else "(output projection MXFP4)")
-    assert [line.split()[1] for line in lines[5:8]] == ["target", "mxfp4", "draft"]
+    assert [line.split()[1] for line in lines[6:9]] == ["target", "mxfp4", "draft"]
     assert models("list") == 0
     assert capsys.readouterr().out == out
 
@@ -120,6 +124,6 @@ def test_list_names_each_copys_output_projection_older_copies_bf16(tiny_checkpoi
     assert models("list") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].endswith(f"{q8['mxfp4']}  (output projection Q8_0)")
-    assert lines[1].endswith(str(q8["bf16"])) and lines[4].endswith(str(old["bf16"]))
-    assert lines[5].endswith(f"{old['mxfp4']}  (output projection BF16)")
-    assert lines[6].endswith(str(old["mxfp4"]))
+    assert lines[1].endswith(str(q8["bf16"])) and lines[5].endswith(str(old["bf16"]))
+    assert lines[6].endswith(f"{old['mxfp4']}  (output projection BF16)")
+    assert lines[7].endswith(str(old["mxfp4"]))

@@ -20,14 +20,6 @@ def add_arguments(parser) -> None:
     pass
 
 
-def human_size(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size} B"
-
-
 def cpu_variant_text(library: Path, variant: str, count: int) -> str:
     """Which build of llama.cpp's CPU code runs, e.g. "haswell (libggml-cpu-haswell.so, the best of 14 for
     this CPU)"; the native flavour has one, for the CPU that compiled it."""
@@ -42,6 +34,8 @@ def cpu_variant_text(library: Path, variant: str, count: int) -> str:
 
 def run(args) -> int:
     from assistant import home, modelsets
+    from assistant.diskspace import format_size
+    from assistant.engine import memory
 
     problems: list[str] = []
     warnings: list[str] = []
@@ -93,9 +87,12 @@ def run(args) -> int:
     data = home.data_dir()
     row("data directory", str(data))
     free = shutil.disk_usage(data).free
-    row("free disk space", human_size(free))
+    row("free disk space", format_size(free))
     if free < 1_000_000_000:
-        problems.append(f"only {human_size(free)} free in {data}")
+        problems.append(f"only {format_size(free)} free in {data}")
+
+    available = memory.available_memory()
+    row("free memory", f"{format_size(available)} (what Linux can give without swapping, within any cgroup limit)")
 
     try:
         sets, default = modelsets.list_sets()
@@ -108,10 +105,19 @@ def run(args) -> int:
         mark = " (default)" if model_set.name == default else ""
         row(f"model set{mark}", model_set.name)
         for level in model_set.levels:
-            state = human_size(level.size_bytes) if level.path.exists() else "MISSING"
+            state = format_size(level.size_bytes) if level.path.exists() else "MISSING"
             row(f"  {level.role}", f"{level.path} {state}")
         for path in model_set.missing_files():
             problems.append(f"model set {model_set.name!r}: {path} is missing")
+        if not model_set.missing_files():
+            paths = [level.path for level in model_set.levels]
+            need, alone = (memory.set_need(chosen, memory.DEFAULT_CTX) for chosen in (paths, paths[:1]))
+            row("  memory", f"needs {format_size(need)} at {memory.DEFAULT_CTX} tokens of context "
+                f"({format_size(alone)} for the target alone)")
+            if need > available:
+                warnings.append(f"model set {model_set.name!r} needs {format_size(need)} of memory at "
+                                f"{memory.DEFAULT_CTX} tokens, {format_size(available)} is free: it loads with a "
+                                f"smaller context, or not at all (try --levels 1)")
 
     if problems or warnings:
         print()

@@ -41,7 +41,7 @@ def add_arguments(parser):
                         "see `assistant models remote`); several, comma-separated, share its layers (by free "
                         "memory, or HOST:PORT=SHARE each); the RPC protocol has no authentication: keep it on a "
                         "trusted network")
-    models.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    models.add_argument("--ctx", type=int, help="context size in tokens (default 4096, less where memory is short)")
     models.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--greedy", action="store_true", help="always take the most likely token (the default)")
@@ -62,6 +62,7 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from assistant.speculative import Pipeline, Sampling
+    from converters.progress import Progress
 
     from assistant import attachments
 
@@ -71,8 +72,12 @@ def run(args) -> int:
     source = _model_source(args)
     sampling = Sampling(0.0 if args.greedy else args.temp, args.top_k, args.top_p, args.seed)
     draft_length = args.draft_length if args.draft_length == "adaptive" else _positive_int(args.draft_length)
-    with Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
-                       draft_length=draft_length, ngram=args.ngram, target_rpc=args.target_rpc) as pipeline:
+    bar = Progress("loading", 1, show_after=1.0)
+    pipeline = Pipeline.load(source, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
+                             draft_length=draft_length, ngram=args.ngram, target_rpc=args.target_rpc,
+                             progress=bar.moved_to)
+    bar.finish()
+    with pipeline:
         if args.raw:
             answer = pipeline.generate(raw_prompt_tokens(pipeline.target, question, files), sampling,
                                        args.max_tokens, args.stop)

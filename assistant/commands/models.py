@@ -53,6 +53,7 @@ def run(args) -> int:
 def list_sets(out=None) -> None:
     from assistant import home, modelsets
     from assistant.diskspace import format_size
+    from assistant.engine import memory
 
     out = out or sys.stdout
     sets, default = modelsets.list_sets()
@@ -75,6 +76,10 @@ def list_sets(out=None) -> None:
             print(f"    {number}  {level.role:<7} {size:>9}  {level.path}{note}", file=out)
         if model_set.target_rpc:
             print(f"    the target runs on the RPC server at {model_set.target_rpc}", file=out)
+        if not model_set.missing_files():
+            paths = [level.path for level in model_set.levels][1 if model_set.target_rpc else 0:]
+            print(f"    needs {format_size(memory.set_need(paths, memory.DEFAULT_CTX))} of memory here at "
+                  f"{memory.DEFAULT_CTX} tokens of context", file=out)
 
 
 def remove(name: str, delete_files: bool, out=None) -> None:

@@ -30,8 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="let web pages from ORIGIN (e.g. http://localhost:3000) call the server (repeatable); "
                         "requests from any other page are refused")
-    parser.add_argument("--ctx", type=int, default=4096, help="context size in tokens, prompt and answer together "
-                          "(default 4096)")
+    parser.add_argument("--ctx", type=int, help="context size in tokens, prompt and answer together "
+                          "(default 4096, less where memory is short)")
     parser.add_argument("--levels", type=int, help="use only the first N levels of the set (1 = the target alone)")
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: physical cores)")
     parser.add_argument("--target-rpc", metavar="HOST:PORT[,...]", help="run the target on the machine where "
@@ -54,8 +54,9 @@ def run(args) -> int:
     from assistant.serve.guard import loopback_hosts, origin_option
     from assistant.serve.listener import listen
     from assistant.serve.prompts import prompt_tokens
+    from assistant.speculative.pipeline import Pipeline, context_size
 
-    if args.queue < 0 or args.ctx < 16 or args.max_body < 1:
+    if args.queue < 0 or (args.ctx is not None and args.ctx < 16) or args.max_body < 1:
         raise AssistantError("--queue must be 0 or more, --ctx at least 16 and --max-body at least 1 MiB")
     api_key = args.api_key or os.environ.get(KEY_VARIABLE) or None
     loopback = _loopback(args.host)
@@ -73,11 +74,15 @@ def run(args) -> int:
     if missing:
         listener.close()
         raise AssistantError(f"model set {model_set.name!r}: missing file {missing[0]}")
+    try:
+        n_ctx = context_size(model_set, args.levels, args.ctx, args.target_rpc)  # refused before serving
+    except AssistantError:
+        listener.close()
+        raise
 
     def load():
-        from assistant.speculative import Pipeline
 
-        pipeline = Pipeline.load(model_set, levels=args.levels, n_ctx=args.ctx, threads=args.threads,
+        pipeline = Pipeline.load(model_set, levels=args.levels, n_ctx=n_ctx, threads=args.threads,
                                  target_rpc=args.target_rpc)
         _say(f"ready: {' ← '.join(pipeline.roles)}; OpenAI base URL {url}/v1, model {model_set.name!r}")
         return pipeline
@@ -90,7 +95,7 @@ def run(args) -> int:
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     generations = Generations(load, prompt_tokens, args.queue, args.temp, on_failure=failed)
     hosts = loopback_hosts(host, port) if loopback else None  # beyond loopback the key guards it
-    app = create_app(generations, model_set.name, args.ctx, api_key, args.max_body << 20, origins, hosts)
+    app = create_app(generations, model_set.name, n_ctx, api_key, args.max_body << 20, origins, hosts)
     server = _server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5), generations)
     _say(f"serving model set {model_set.name!r} on {url} (loading the models…; Ctrl+C stops)")
     generations.start()

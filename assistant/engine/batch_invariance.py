@@ -11,10 +11,10 @@ graph, where stock llama.cpp agrees with itself (engine/context.py, ``min_batch`
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 from assistant.engine.backend import kernel_description
+from assistant.engine.gguf_header import read_header
 
 # weight type (gguf's name) -> the kernel family that must be ours for it
 WEIGHT_KERNELS = {"BF16": "bf16", "MXFP4": "mxfp4"}
@@ -30,14 +30,10 @@ def kernels_in_use() -> dict[str, str]:
     return dict(part.split("=", 1) for part in description.split() if "=" in part)
 
 
-@functools.lru_cache(maxsize=16)
 def weight_types(path: Path) -> frozenset[tuple[str, bool]]:
     """(type name, rows are whole 32-value blocks) of every matrix in the GGUF file."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
-    return frozenset((tensor.tensor_type.name, int(tensor.shape[0]) % BLOCK == 0)
-                     for tensor in reader.tensors if len(tensor.shape) >= 2)
+    return frozenset((tensor.type_name, tensor.shape[0] % BLOCK == 0)
+                     for tensor in read_header(path).tensors if len(tensor.shape) >= 2)
 
 
 def single_rows_match_batches(path: Path, kernels: dict[str, str] | None = None) -> bool:

@@ -6,19 +6,21 @@ import ctypes
 from pathlib import Path
 
 from assistant.engine.backend import NativeHandle, last_error, llama
+from assistant.engine.gguf_header import check_gguf_file
+from assistant.engine.memory import read_into_memory
 from assistant.errors import AssistantError
 
-GGUF_MAGIC = b"GGUF"
+LOAD_MODE_READ = 0  # llama.cpp's LLAMA_LOAD_MODE_NONE: read the file into buffers instead of mapping it
 
 
 class Model(NativeHandle):
     """A loaded llama.cpp model and its vocabulary; close() frees it (also a context manager)."""
 
-    def __init__(self, path: str | Path, device=None, vocab_only: bool = False, split=None):
+    def __init__(self, path: str | Path, device=None, vocab_only: bool = False, split=None, progress=None):
         """``device``: where weights, cache and compute go (``devices.rpc_device``), or a list of devices that
         share the layers (in proportion to ``split``, else as llama.cpp divides them: by free memory); None is
         this CPU. ``vocab_only``: the vocabulary and metadata without the weights (for a model that runs
-        elsewhere)."""
+        elsewhere). ``progress(fraction)`` is called as the weights load."""
         self.path = Path(path)
         self.device = device
         check_gguf_file(self.path)
@@ -26,6 +28,15 @@ class Model(NativeHandle):
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         params.vocab_only = vocab_only
+        if device is None and not vocab_only and read_into_memory(self.path):
+            params.load_mode = LOAD_MODE_READ  # one copy of the weights: ours, not the file's pages beside it
+        if progress is not None:
+            def report(fraction, _user_data):
+                progress(fraction)
+                return True
+
+            self._progress = lib.llama_progress_callback(report)  # kept alive while llama.cpp may call it
+            params.progress_callback = self._progress
         if device is not None:
             devices = list(device) if isinstance(device, (list, tuple)) else [device]
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)  # NULL-terminated; kept alive
@@ -139,17 +150,3 @@ class Model(NativeHandle):
             self._lib.llama_model_free(self.handle)
             self.handle = None
 
-
-def check_gguf_file(path: Path) -> None:
-    """A clear line for a path that is missing, a directory or not GGUF at all, before any reader sees it."""
-    if not path.exists():
-        raise AssistantError(f"{path}: no such GGUF file")
-    if path.is_dir():
-        raise AssistantError(f"{path}: is a directory, not a GGUF file")
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
-    except OSError as error:
-        raise AssistantError(f"{path}: cannot read ({error.strerror})") from None
-    if magic != GGUF_MAGIC:
-        raise AssistantError(f"{path}: not a GGUF file (it does not start with 'GGUF')")

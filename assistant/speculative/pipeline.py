@@ -30,35 +30,36 @@ class Pipeline:
         self._running = None
 
     @classmethod
-    def load(cls, source, levels: int | None = None, n_ctx: int = 4096, threads: int | None = None,
+    def load(cls, source, levels: int | None = None, n_ctx: int | None = None, threads: int | None = None,
              draft_length="adaptive", ngram: bool | None = None, confidence: float = DEFAULT_CONFIDENCE,
-             target_rpc: str | None = None) -> "Pipeline":
+             target_rpc: str | None = None, progress=None) -> "Pipeline":
         """Load every GGUF once and make one context each.
 
         ``source``: a ModelSet or GGUF paths (target first); ``levels`` keeps the first N of them;
+        ``n_ctx``: the context size; None takes 4096, or less where memory is short (engine/memory.py), and a
+        set that does not fit even so is refused before anything loads;
         ``ngram`` adds the prompt-lookup drafter below the last model; by default the adaptive policy gets
         it under two or more models (it costs next to nothing, and the policy keeps it only where it pays);
         ``target_rpc`` (HOST:PORT of a ggml-rpc-server; default: the model set's) puts the target on that
-        machine, the rest stays here.
+        machine, the rest stays here; ``progress(done_bytes, total_bytes)`` follows the weights as they load.
         """
         from assistant.engine import Model, default_threads
         from assistant.speculative.vocab import shared_vocab_size
 
-        entries = _entries(source)
+        entries = _entries(source, levels)
         target_rpc = target_rpc or getattr(source, "target_rpc", None)
-        if levels is not None:
-            if not 1 <= levels <= len(entries):
-                raise AssistantError(f"asked for {levels} levels but the chain has {len(entries)}")
-            entries = entries[:levels]
         make_policy(draft_length, 1)  # reject a bad value before loading anything
-        for _, path in entries:
-            if not Path(path).exists():
-                raise AssistantError(f"{path}: no such GGUF file")
+        n_ctx = context_size(source, levels, n_ctx, target_rpc)
         threads = threads or default_threads()
+        sizes = [0 if index == 0 and target_rpc is not None else Path(path).stat().st_size
+                 for index, (_, path) in enumerate(entries)]
         models = []
         try:
             for index, (_, path) in enumerate(entries):
-                models.append(Model(path, vocab_only=index == 0 and target_rpc is not None))
+                done = sum(sizes[:index])
+                report = None if progress is None else (
+                    lambda fraction, done=done, size=sizes[index]: progress(done + int(fraction * size), sum(sizes)))
+                models.append(Model(path, vocab_only=index == 0 and target_rpc is not None, progress=report))
             n_shared = shared_vocab_size(models)
             chain = model_levels([(role, model) for (role, _), model in zip(entries, models)], n_ctx, threads,
                                  target_rpc, n_shared)
@@ -267,8 +268,31 @@ def _decode_seconds(level) -> float:
     return level.context.decode_seconds if level.context is not None else 0.0
 
 
-def _entries(source) -> list[tuple[str, Path]]:
-    """(role, path) per level from a ModelSet or a list of paths."""
+def context_size(source, levels: int | None = None, n_ctx: int | None = None, target_rpc: str | None = None) -> int:
+    """The context size ``Pipeline.load`` will take for these arguments, after checking that the levels loaded
+    here fit in memory (a one-line error where they do not): callers that must refuse before starting anything
+    else ask first."""
+    from assistant.engine.memory import fit_context
+
+    entries = _entries(source, levels)
+    remote = target_rpc or getattr(source, "target_rpc", None)
+    for _, path in entries:
+        if not Path(path).exists():
+            raise AssistantError(f"{path}: no such GGUF file")
+    return fit_context([path for index, (_, path) in enumerate(entries) if index > 0 or not remote], n_ctx)
+
+
+def _entries(source, levels: int | None = None) -> list[tuple[str, Path]]:
+    """(role, path) per level from a ModelSet or a list of paths, the first ``levels`` of them."""
+    entries = _all_entries(source)
+    if levels is not None:
+        if not 1 <= levels <= len(entries):
+            raise AssistantError(f"asked for {levels} levels but the chain has {len(entries)}")
+        entries = entries[:levels]
+    return entries
+
+
+def _all_entries(source) -> list[tuple[str, Path]]:
     levels = getattr(source, "levels", None)
     if levels is not None:
         if not levels:

@@ -1,0 +1,134 @@
+"""What a model set needs in memory against what llama.cpp really takes, and the refusal of a set that does not fit."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assistant.engine import memory
+from assistant.errors import AssistantError
+from assistant.speculative.pipeline import context_size
+
+MIB = 1 << 20
+
+
+def assistant(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "assistant", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def test_cache_and_buffers_match_what_llama_cpp_allocates(bench_gguf):
+    target = bench_gguf["target_bf16"]
+    result = assistant("generate", "--target", target, "--ctx", 1024, "-n", 1, "hi", env={"ASSISTANT_LLAMA_LOG": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    kv = float(re.search(r"llama_kv_cache: size =\s+([\d.]+) MiB", result.stderr).group(1))
+    compute = float(re.search(r"CPU compute buffer size =\s+([\d.]+) MiB", result.stderr).group(1))
+    need = memory.model_need(target, 1024)
+    assert need.kv_cache / MIB == pytest.approx(kv, abs=0.01)
+    assert compute <= need.compute / MIB <= 1.5 * compute + 16
+
+
+def test_the_need_covers_a_whole_run(bench_gguf):
+    """Peak resident memory of a real chain at 4096 tokens stays under the need the check compares."""
+    paths = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"], bench_gguf["draft_bf16"]]
+    args = ["generate", "--target", paths[0], "--draft", paths[1], "--draft", paths[2], "--ctx", 4096, "-n", 32,
+            "Write a function that adds two numbers."]
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)")
+    peak = int(subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "assistant", *map(str, args)],
+                              capture_output=True, text=True, check=True).stdout)
+    need = memory.set_need(paths, 4096)
+    assert peak <= need <= 3 * peak, (peak, need)
+
+
+def test_a_set_that_does_not_fit_is_refused_before_anything_loads(bench_gguf, tmp_path):
+    target, copy = bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]
+    tight = {memory.AVAILABLE_VARIABLE: "50M", "ASSISTANT_LLAMA_LOG": "1", "ASSISTANT_HOME": str(tmp_path / "home")}
+    result = assistant("generate", "--target", target, "--draft", copy, "hi", env=tight)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]  # llama.cpp logged nothing: no model was opened
+    assert lines[0].startswith(f"error: {target}: this model set needs ")
+    assert "52.4 MB is free" in lines[0] and "--levels 1" in lines[0] and "--ctx" in lines[0]
+    register = ("import sys; from assistant import modelsets; from pathlib import Path; "
+                "modelsets.register('tight', [modelsets.Level('target', Path(sys.argv[1])), "
+                "modelsets.Level('mxfp4', Path(sys.argv[2]))])")
+    subprocess.run([sys.executable, "-c", register, str(target), str(copy)], check=True, env={**os.environ, **tight})
+    # the server refuses before it serves, with the same line
+    served = assistant("serve", "-m", "tight", "--port", 0, env=tight, timeout=60)
+    assert served.returncode == 1 and "this model set needs" in served.stderr, served.stderr[-2000:]
+    assert "serving" not in served.stderr
+    # doctor shows every set's need and warns where it exceeds what is free
+    doctor = assistant("doctor", env=tight)
+    assert re.search(r"memory\s+needs [\d.]+ MB at 4096 tokens of context \([\d.]+ MB for the target alone\)",
+                     doctor.stdout), doctor.stdout
+    assert "warning: model set 'tight' needs" in doctor.stdout
+
+
+def test_the_context_follows_the_memory_when_not_set(bench_gguf, monkeypatch):
+    paths = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
+    between = (memory.set_need(paths, 1024) + memory.set_need(paths, 2048)) // 2
+    monkeypatch.setenv(memory.AVAILABLE_VARIABLE, str(between))
+    assert context_size(paths) == 1024
+    assert context_size(paths, levels=1) >= 2048  # the target alone needs less
+    with pytest.raises(AssistantError, match="this model set needs .* for 4096 tokens"):
+        context_size(paths, n_ctx=4096)  # a size the user asked for is not shrunk
+    monkeypatch.setenv(memory.AVAILABLE_VARIABLE, "lots")
+    with pytest.raises(AssistantError, match="ASSISTANT_MEMORY_AVAILABLE='lots': expected a size"):
+        context_size(paths)
+
+
+def test_cgroup_limits_count_with_their_reclaimable_cache(tmp_path):
+    v2 = tmp_path / "v2"
+    (v2 / "app" / "job").mkdir(parents=True)
+    for directory, limit, current, inactive in ((v2 / "app", "4000", "1000", 0), (v2 / "app" / "job", "max", "900", 0)):
+        (directory / "memory.max").write_text(limit + "\n")
+        (directory / "memory.current").write_text(current + "\n")
+        (directory / "memory.stat").write_text(f"anon 10\ninactive_file {inactive}\n")
+    membership = tmp_path / "cgroup"
+    membership.write_text("0::/app/job\n")
+    assert memory.cgroup_room(v2, membership) == 3000  # the parent's limit binds
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "svc").mkdir(parents=True)
+    (v1 / "memory" / "svc" / "memory.limit_in_bytes").write_text("8000\n")
+    (v1 / "memory" / "svc" / "memory.usage_in_bytes").write_text("5000\n")
+    (v1 / "memory" / "svc" / "memory.stat").write_text("cache 3000\ntotal_inactive_file 2000\n")
+    membership.write_text("4:memory:/svc\n3:cpuset:/\n")
+    assert memory.cgroup_room(v1, membership) == 5000
+    membership.write_text("4:memory:/\n")
+    assert memory.cgroup_room(v1, membership) is None  # no limit file at the root here
+
+
+def test_a_real_cgroup_limit_refuses_the_set(bench_gguf, tmp_path):
+    """Under a memory cgroup of 200 MB (where this machine lets us make one), the set is refused by the check
+    rather than killed by the kernel."""
+    group = Path("/sys/fs/cgroup/memory") / f"assistant-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(200 * 1000 * 1000))
+    except OSError as error:
+        pytest.skip(f"cannot make a memory cgroup here ({error.strerror})")
+    try:
+        script = f"echo $$ > {group}/cgroup.procs && exec {sys.executable} -m assistant generate --target " \
+                 f"{bench_gguf['target_bf16']} --draft {bench_gguf['target_mxfp4']} -n 1 hi"
+        result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=120)
+    finally:
+        group.rmdir()
+    assert result.returncode == 1 and "this model set needs" in result.stderr, result.stderr[-2000:]
+
+
+def test_weights_our_kernels_repack_are_held_once(bench_gguf):
+    """Read, not mapped, where our buffer type copies the weights: the file's pages are not kept beside them.
+    With llama.cpp's stock kernels the file is mapped and used in place, the only copy."""
+    target = bench_gguf["target_bf16"]
+    probe = ("import sys; from assistant.engine import Model; m = Model(sys.argv[1]); "
+             "print(sum(sys.argv[1] in line for line in open('/proc/self/maps')))")
+    mapped = {}
+    for kernel in ("auto", "stock"):
+        result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
+                                env={**os.environ, "ASSISTANT_BF16_KERNEL": kernel}, check=True)
+        mapped[kernel] = int(result.stdout)
+    assert mapped == {"auto": 0, "stock": pytest.approx(mapped["stock"])} and mapped["stock"] > 0
