@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from assistant.engine import memory
+from assistant.engine.gguf_header import read_header
 from assistant.errors import AssistantError
 from assistant.speculative.pipeline import context_size
 
@@ -121,14 +122,21 @@ def test_a_real_cgroup_limit_refuses_the_set(bench_gguf, tmp_path):
 
 
 def test_weights_our_kernels_repack_are_held_once(bench_gguf):
-    """Read, not mapped, where our buffer type copies the weights: the file's pages are not kept beside them.
-    With llama.cpp's stock kernels the file is mapped and used in place, the only copy."""
+    """Where our buffer type copies the weights into its layout, the mapped file's pages leave the process as
+    each matrix is copied (native/src/assistant-kernels.cpp): one copy resident, not two. With llama.cpp's stock
+    kernels the mapping is the weights, used in place."""
     target = bench_gguf["target_bf16"]
-    probe = ("import sys; from assistant.engine import Model; m = Model(sys.argv[1]); "
-             "print(sum(sys.argv[1] in line for line in open('/proc/self/maps')))")
-    mapped = {}
+    probe = ("import sys; from assistant.engine import Model; m = Model(sys.argv[1]); inside = False; rss = 0\n"
+             "for line in open('/proc/self/smaps'):\n"
+             "    if '-' in line.split()[0]: inside = line.rstrip().endswith(sys.argv[1])\n"
+             "    elif inside and line.startswith('Rss:'): rss += int(line.split()[1]) * 1024\n"
+             "print(rss)")
+    resident = {}
     for kernel in ("auto", "stock"):
         result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
                                 env={**os.environ, "ASSISTANT_BF16_KERNEL": kernel}, check=True)
-        mapped[kernel] = int(result.stdout)
-    assert mapped == {"auto": 0, "stock": pytest.approx(mapped["stock"])} and mapped["stock"] > 0
+        resident[kernel] = int(result.stdout)
+    # what may stay mapped: the token embeddings llama.cpp reads rows of in place, and tensors under 1 MiB
+    kept = sum(t.nbytes for t in read_header(target).tensors if t.name == "token_embd.weight" or t.nbytes < MIB)
+    size = target.stat().st_size
+    assert resident["auto"] <= kept + MIB and kept < size / 2 and resident["stock"] > 0.9 * size, (resident, kept)

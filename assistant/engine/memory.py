@@ -77,26 +77,6 @@ def set_need(paths, n_ctx: int) -> int:
     return sum(model_need(path, n_ctx).total for path in paths) + RESERVE
 
 
-def repacked_share(path: str | Path) -> float:
-    """The share of a file's weight bytes our buffer type copies into its own layout (0 where no kernel of ours
-    runs here)."""
-    from assistant.engine.batch_invariance import WEIGHT_KERNELS, kernels_in_use
-
-    kernels = kernels_in_use()
-    types = {name for name, family in WEIGHT_KERNELS.items() if kernels.get(family, "stock") != "stock"}
-    header = read_header(path)
-    total = header.weight_bytes or 1
-    ours = sum(t.nbytes for t in header.tensors if t.type_name in types and len(t.shape) == 2 and t.shape[0] % 32 == 0)
-    return ours / total
-
-
-def read_into_memory(path: str | Path) -> bool:
-    """Whether to read the file instead of mapping it: where our kernels repack most of it, a mapping would keep
-    the file's pages resident beside the repacked copy (two copies of the weights); where llama.cpp computes from
-    the file's own layout, the mapping is the only copy and loads without reading."""
-    return repacked_share(path) > 0.5
-
-
 def available_memory() -> int:
     """Bytes this process may still take: Linux's MemAvailable, or less where a cgroup limit is lower."""
     forced = os.environ.get(AVAILABLE_VARIABLE)

@@ -7,10 +7,8 @@ from pathlib import Path
 
 from assistant.engine.backend import NativeHandle, last_error, llama
 from assistant.engine.gguf_header import check_gguf_file
-from assistant.engine.memory import read_into_memory
 from assistant.errors import AssistantError
 
-LOAD_MODE_READ = 0  # llama.cpp's LLAMA_LOAD_MODE_NONE: read the file into buffers instead of mapping it
 
 
 class Model(NativeHandle):
@@ -28,8 +26,6 @@ class Model(NativeHandle):
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         params.vocab_only = vocab_only
-        if device is None and not vocab_only and read_into_memory(self.path):
-            params.load_mode = LOAD_MODE_READ  # one copy of the weights: ours, not the file's pages beside it
         if progress is not None:
             def report(fraction, _user_data):
                 progress(fraction)

@@ -38,6 +38,7 @@
 
 #if defined(__linux__)
 #    include <sys/mman.h>
+#    include <unistd.h>
 #endif
 
 namespace {
@@ -214,6 +215,44 @@ AttentionTraits g_attention_traits;
 // Whether a tensor of our buffer is held repacked is decided by the tensor itself (no ``extra`` is kept): an
 // RPC server rebuilds every tensor it is sent from a description before it writes the tensor or computes with
 // it. Everything else in the buffer (norms, a KV cache, a server's compute buffers) is plain memory.
+// Whether [p, p + n) lies in a mapping of a file (not anonymous memory), from /proc/self/maps.
+bool in_file_mapping(const void * p, size_t n) {
+#if defined(__linux__)
+    FILE * maps = std::fopen("/proc/self/maps", "r");
+    if (maps == nullptr) return false;
+    const uintptr_t begin = (uintptr_t) p, end = begin + n;
+    bool            found = false;
+    char            line[4096];
+    while (!found && std::fgets(line, sizeof line, maps)) {
+        unsigned long long lo = 0, hi = 0, inode = 0;
+        if (std::sscanf(line, "%llx-%llx %*s %*s %*s %llu", &lo, &hi, &inode) == 3) {
+            found = lo <= begin && end <= hi && inode != 0;
+        }
+    }
+    std::fclose(maps);
+    return found;
+#else
+    (void) p, (void) n;
+    return false;
+#endif
+}
+
+// llama.cpp's loader hands set_tensor a pointer into its mapping of the GGUF file (read in whole at start, so
+// that loading streams from the disk). Once repacked, those pages are a second copy of the weights: they leave
+// this process here (MADV_DONTNEED on file pages keeps them in the page cache for the next start, and a later
+// read faults them back in), so a loaded model holds one copy. Anonymous memory is never touched.
+void release_source_pages(const void * data, size_t size) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (size < (size_t(1) << 20)) return;
+    const uintptr_t page  = (uintptr_t) sysconf(_SC_PAGESIZE);
+    const uintptr_t begin = ((uintptr_t) data + page - 1) & ~(page - 1);
+    const uintptr_t end   = ((uintptr_t) data + size) & ~(page - 1);
+    if (end > begin && in_file_mapping(data, size)) madvise((void *) begin, end - begin, MADV_DONTNEED);
+#else
+    (void) data, (void) size;
+#endif
+}
+
 void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data, size_t offset, size_t size) {
     if (!is_our_weight(t)) {
         std::memcpy((char *) t->data + offset, data, size);
@@ -225,6 +264,7 @@ void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data
     } else {
         bf16_pack((const uint16_t *) data, t->data, t->ne[1], t->ne[0]);
     }
+    release_source_pages(data, size);
 }
 
 void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data, size_t offset, size_t size) {
