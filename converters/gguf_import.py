@@ -219,6 +219,58 @@ def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=F
     """Dequantize a GGUF file (a path or ``ollama:NAME[:TAG]``) into one GGUF file per type; returns {type: path}.
     ``mxfp4_output``: the type of the MXFP4 copy's output projection and token embeddings."""
     types = requested_types(types, mxfp4_output)
+    path, reader, architecture, name = _source(source, name)
+    tensors = _tensors(reader, path)
+    metadata = _metadata(reader, path)
+    outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
+    outputs = output_files(outdir, name, types, force)
+    _write_all(tensors, metadata, architecture, outputs, name, mxfp4_output, progress)
+    return {output.weight_type: output.path for output in outputs}
+
+
+@dataclass
+class KeptTarget:
+    """A GGUF file taken as the target as it is, and the MXFP4 copy written beside it where one pays."""
+
+    name: str
+    target: Path
+    copy: Path | None
+    reason: str  # why there is a copy or not, for the model set's description
+
+
+COPY_PAYS = 1.5  # the copy must read this many times fewer bytes than the target to be worth its drafts
+MXFP4_BYTES_PER_VALUE = 17 / 32
+
+
+def keep_as_target(source, outdir=None, name=None, copy: bool | None = None, force=False, progress=None,
+                   mxfp4_output: str = output_projection.DEFAULT) -> KeptTarget:
+    """The GGUF file at ``source`` as the target, weights untouched and the file left where it is; an MXFP4 copy
+    is written into ``outdir`` where ``copy`` asks for one, or (``copy`` None) where it reads at least 1.5x fewer
+    bytes than the target: a Q8_0 or 16-bit file gets one, a 4-bit one (Q4_K_M, Q4_1) is about its size."""
+    requested_types(("mxfp4",), mxfp4_output)
+    path, reader, architecture, name = _source(source, name)
+    matrices = [t for t in reader.tensors if len(t.shape) >= 2]
+    target_bytes = sum(int(t.n_bytes) for t in matrices)
+    copy_bytes = sum(int(t.n_elements) for t in matrices) * MXFP4_BYTES_PER_VALUE
+    ratio = target_bytes / max(copy_bytes, 1)
+    types = sorted({t.tensor_type.name for t in matrices})
+    if copy is None:
+        copy = ratio >= COPY_PAYS
+        reason = (f"its weights ({'/'.join(types)}) read {ratio:.2f}x the bytes an MXFP4 copy would, "
+                  f"{'at or over' if copy else 'under'} the {COPY_PAYS}x that pays for a copy")
+    else:
+        reason = f"the MXFP4 copy {'asked for' if copy else 'left out'} (its weights read {ratio:.2f}x the copy's bytes)"
+    if not copy:
+        return KeptTarget(name, path, None, reason)
+    tensors = _tensors(reader, path)
+    outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
+    outputs = output_files(outdir, name, ("mxfp4",), force)
+    _write_all(tensors, _metadata(reader, path), architecture, outputs, name, mxfp4_output, progress)
+    return KeptTarget(name, path, outputs[0].path, reason)
+
+
+def _source(source, name) -> tuple[Path, gguf.GGUFReader, str, str]:
+    """(path, reader, architecture, model set name) of a GGUF file llama.cpp can run, or a one-line error."""
     if name is not None and (not name or name != Path(name).name or name in (".", "..")):
         raise AssistantError(f"{name!r}: not a usable model set name (a file name, without directories)")
     path, fallback_name = locate(source)
@@ -226,14 +278,8 @@ def import_gguf(source, outdir=None, name=None, types=("bf16", "mxfp4"), force=F
     architecture = _string(reader, "general.architecture")
     if not architecture:
         raise AssistantError(f"{path}: the GGUF file names no architecture (general.architecture)")
-    tensors = _tensors(reader, path)
-    metadata = _metadata(reader, path)
     _check_loadable(path, architecture)
-    name = name or safe_name(_string(reader, "general.name") or fallback_name)
-    outdir = Path(outdir).expanduser() if outdir is not None else home.models_dir()
-    outputs = output_files(outdir, name, types, force)
-    _write_all(tensors, metadata, architecture, outputs, name, mxfp4_output, progress)
-    return {output.weight_type: output.path for output in outputs}
+    return path, reader, architecture, name or safe_name(_string(reader, "general.name") or fallback_name)
 
 
 def _write_all(tensors, metadata, architecture, outputs, name, mxfp4_output, progress) -> None:

@@ -371,7 +371,7 @@ def ollama_store(root: Path, blob_source: Path, name: str = "tiny", tag: str = "
 
 def test_import_an_ollama_model_and_register_it(tiny_mixed, tmp_path, assistant_home):
     store = ollama_store(tmp_path / "ollama", tiny_mixed[0])
-    result = assistant("import", "ollama:tiny:q4", env={"OLLAMA_MODELS": str(store)})
+    result = assistant("import", "ollama:tiny:q4", "--target", "bf16", env={"OLLAMA_MODELS": str(store)})
     assert result.returncode == 0, result.stderr
     assert "registered model set 'tiny-mixed-1b' (target -> mxfp4)" in result.stdout
     model_set = modelsets.get("tiny-mixed-1b")
@@ -400,7 +400,9 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_mixed, tiny_f16, tmp_pat
     out = tmp_path / "out"
 
     def refused(source, *fragments):
-        assert_refused(assistant("import", str(source), "--outdir", str(out)), out, str(source), *fragments)
+        for target in ("as-is", "bf16"):
+            assert_refused(assistant("import", str(source), "--outdir", str(out), "--target", target), out,
+                           str(source), *fragments)
 
     refused(tmp_path / "nothere.gguf", "no such GGUF file")
 
@@ -415,9 +417,11 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tiny_mixed, tiny_f16, tmp_pat
     header_only.write_bytes(tiny_mixed[0].read_bytes()[:2000])
     refused(header_only, "truncated")
 
-    unsupported = tmp_path / "iq4.gguf"
+    unsupported = tmp_path / "iq4.gguf"  # llama.cpp runs it as it is; our import cannot dequantize it
     write_gguf_like(tiny_f16, unsupported, lambda index, name, shape: Q.IQ4_NL if name == "blk.0.attn_q.weight" else Q.F16)
-    refused(unsupported, "blk.0.attn_q.weight", "IQ4_NL", "supported: F32")
+    for args in (["--target", "bf16"], ["--copy", "yes"]):
+        assert_refused(assistant("import", str(unsupported), "--outdir", str(out), *args), out,
+                       "blk.0.attn_q.weight", "IQ4_NL", "supported: F32")
 
     projector = tmp_path / "mmproj.gguf"
     write_gguf_like(tiny_f16, projector, lambda *_: Q.F16, architecture="clip")
@@ -432,11 +436,12 @@ def test_an_existing_output_needs_force(tiny_mixed, tmp_path, assistant_home):
     out.mkdir()
     existing = out / "tiny.bf16.gguf"
     existing.write_text("keep me")
-    result = assistant("import", str(tiny_mixed[0]), "--outdir", str(out), "--name", "tiny")
+    result = assistant("import", str(tiny_mixed[0]), "--outdir", str(out), "--name", "tiny", "--target", "bf16")
     assert result.returncode == 1 and result.stderr.startswith(f"error: {existing}: already exists")
     assert sorted(p.name for p in out.iterdir()) == ["tiny.bf16.gguf"] and existing.read_text() == "keep me"
     assert modelsets.list_sets()[0] == []
-    forced = assistant("import", str(tiny_mixed[0]), "--outdir", str(out), "--name", "tiny", "--force")
+    forced = assistant("import", str(tiny_mixed[0]), "--outdir", str(out), "--name", "tiny", "--force",
+                       "--target", "bf16")
     assert forced.returncode == 0, forced.stderr
     assert sorted(p.name for p in out.iterdir()) == ["tiny.bf16.gguf", "tiny.mxfp4.gguf"]
     assert modelsets.get("tiny").target.path == existing
@@ -446,3 +451,44 @@ def test_help_teaches_with_examples():
     result = assistant("import", "--help")
     assert result.returncode == 0
     assert "ollama:" in result.stdout and ".gguf" in result.stdout and "OLLAMA_MODELS" in result.stdout
+
+
+def test_a_quantized_file_is_the_target_as_it_is(smollm2_q4_1, tiny_f16, tmp_path, assistant_home):
+    """The default import: the file registered in place, weights untouched; an MXFP4 copy only where it reads
+    1.5x fewer bytes (the real Q4_1 file: 1.35x, no copy; an F16 file: a copy)."""
+    out = tmp_path / "out"
+    result = assistant("import", str(smollm2_q4_1), "--name", "smol", "--outdir", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "as it is" in result.stdout and "no MXFP4 copy" in result.stdout and "under the 1.5x" in result.stdout
+    smol = modelsets.get("smol")
+    assert [(level.role, level.path.resolve()) for level in smol.levels] == [("target", smollm2_q4_1.resolve())]
+    assert not out.exists() or list(out.iterdir()) == []  # nothing written: the file is used where it is
+    assert "Q4_1" in smol.description and "no MXFP4 copy" in smol.description
+    # its greedy answer, with the n-gram level the set gets under its one model, is the target alone's
+    prompt = "Write a Python function that reverses a string, then test it."
+    answers = [json.loads(assistant("generate", "-m", "smol", "-n", "48", "--json", *extra, prompt).stdout)
+               for extra in ([], ["--levels", "1"])]
+    assert answers[0]["roles"] == ["target", "ngram"] and answers[1]["roles"] == ["target"]
+    assert answers[0]["tokens"] == answers[1]["tokens"]
+
+    f16 = assistant("import", str(tiny_f16), "--name", "tiny16", "--outdir", str(out))
+    assert f16.returncode == 0, f16.stderr
+    tiny = modelsets.get("tiny16")
+    assert [level.role for level in tiny.levels] == ["target", "mxfp4"]
+    assert tiny.levels[0].path.resolve() == tiny_f16.resolve() and tiny.levels[1].path.parent == out
+    assert gguf.GGUFReader(tiny.levels[1].path).fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_MXFP4_MOE
+
+
+def test_a_draft_of_another_vocabulary_is_refused(smollm2_q4_1, tiny_f16, tmp_path, assistant_home):
+    out = tmp_path / "out"
+    for target in ("as-is", "bf16"):
+        result = assistant("import", str(smollm2_q4_1), "--outdir", str(out), "--target", target, "--draft",
+                           str(tiny_f16))
+        assert_refused(result, out, str(tiny_f16), "vocabulary differs from the target", "tokenizer")
+    assert_refused(assistant("import", str(smollm2_q4_1), "--outdir", str(out), "--draft", str(tmp_path / "no.gguf")),
+                   out, "no.gguf: no such GGUF file")
+    # the same tokenizer, any type: the Q4_1 file as a draft under its own BF16 upcast
+    kept = assistant("import", str(smollm2_q4_1), "--outdir", str(out), "--name", "up", "--target", "bf16",
+                     "--types", "bf16", "--draft", str(smollm2_q4_1))
+    assert kept.returncode == 0, kept.stderr
+    assert [level.role for level in modelsets.get("up").levels] == ["target", "draft"]

@@ -41,10 +41,10 @@ def output_types(args) -> list[str]:
     return types
 
 
-def report_and_register(name: str, written: dict[str, Path], register: bool) -> None:
+def report_and_register(name: str, written: dict[str, Path], register: bool, drafts=()) -> None:
     """Print what was written and, unless told not to, register it as a model set: the first file is the
-    target whatever its type, each level below it named by its type. A refused registration removes the
-    files, so nothing half-made is left."""
+    target whatever its type, each level below it named by its type, then the ``drafts`` given. A refused
+    registration removes the files, so nothing half-made is left."""
     from assistant import modelsets
     from assistant.errors import AssistantError
 
@@ -53,6 +53,7 @@ def report_and_register(name: str, written: dict[str, Path], register: bool) -> 
     if register:
         ordered = [kind for kind in TYPES if kind in written]
         levels = [modelsets.Level("target" if i == 0 else kind, written[kind]) for i, kind in enumerate(ordered)]
+        levels += [modelsets.Level("draft", Path(path)) for path in drafts]
         try:
             modelsets.register(name, levels)
         except modelsets.ModelSetError as error:

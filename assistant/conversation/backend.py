@@ -29,7 +29,8 @@ def load_pipeline(model_set: ModelSet, settings: ChatSettings):
         missing = levels.missing_files()
         if missing:
             raise AssistantError(f"model set {model_set.name!r}: missing file {missing[0]}")
-        return Pipeline.load(levels, n_ctx=settings.n_ctx)
+        # speculation off is the target alone; on, even a one-model set gets the n-gram level under it
+        return Pipeline.load(levels, n_ctx=settings.n_ctx, ngram=None if settings.speculation else False)
     except (AssistantError, ModelSetError):
         raise
     except Exception as error:  # the backend is native code underneath: never let it take the UI down

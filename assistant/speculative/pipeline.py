@@ -67,7 +67,8 @@ class Pipeline:
             for model in models:
                 model.close()
             raise
-        if default_ngram(draft_length, len(chain)) if ngram is None else ngram:
+        alone_by_choice = levels == 1 or not hasattr(source, "levels")  # --levels 1, or bare paths: one model
+        if default_ngram(draft_length, len(chain), alone_by_choice) if ngram is None else ngram:
             chain.append(NgramLevel(capacity=n_ctx))
         return cls(chain, n_ctx, draft_length, confidence, n_shared)
 
@@ -208,10 +209,11 @@ class Pipeline:
         self.close()
 
 
-def default_ngram(draft_length, models: int) -> bool:
-    """The adaptive policy gets the n-gram level under a chain of models; the target alone stays alone (that
-    is what "speculation off" and ``--levels 1`` ask for)."""
-    return draft_length == "adaptive" and models > 1
+def default_ngram(draft_length, models: int, alone_by_choice: bool = True) -> bool:
+    """The adaptive policy gets the n-gram level under a chain of models, and under a model set's only model (a
+    GGUF imported as it is); a target asked to run alone stays alone (that is what "speculation off" and
+    ``--levels 1`` ask for)."""
+    return draft_length == "adaptive" and (models > 1 or not alone_by_choice)
 
 
 def model_levels(roles_and_models: list, n_ctx: int, threads: int, target_rpc: str | None = None,
