@@ -502,3 +502,27 @@ def test_temperature_run_compares_every_method_at_each_setting_with_llama_cpp(tm
     assert all(row["identical"] for row in record["rows"] if "identical" in row)
     assert all(setting["methods"]["target"]["median"] == 1.0 for setting in result["summary"])
     assert "| T=0.8 top-p=0.9 |" in (out / "sampled.md").read_text()
+
+
+def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):
+    """bench --workload 7b's measurements, on a small shape of the same architecture: every figure comes from a
+    real load, a real decode and llama-bench on the same files."""
+    from assistant.bench import large
+    from native import bench as kernel_bench
+    from native.bench.models import Shape
+
+    shape = Shape(hidden=256, layers=2, intermediate=512, heads=4, kv_heads=2, vocab=1024)
+    files = large.prepare(tmp_path, shape, say=lambda _: None)
+    assert all(path.stat().st_size > 0 for path in files.values())
+    result = large.run(files, kernel_bench.native_dir() / "bin", bandwidth_gbps=10.0, threads=1, tokens=4,
+                       say=lambda _: None)
+    summary = large.summary(result)
+    for state in ("cold", "warm"):
+        assert result[f"read_seconds_{state}"] > 0 and result[f"target_{state}"]["load_seconds"] > 0
+        assert result[f"target_{state}"]["new_tokens"] == 4
+    assert result["chain"]["peak_rss_bytes"] > result["file_bytes"]["target"]
+    assert summary["decode_over_light"] > 0 and summary["target_verify_16_over_1"] > 0
+    for key in ("target_ours", "target_stock", "mxfp4_ours", "mxfp4_stock"):
+        assert set(result[f"llama_bench_{key}"]["batch_ms"]) == set(large.VERIFY_BATCHES)
+    text = large.markdown(result)
+    assert "| loading the target alone |" in text and "of the speed of light" in text

@@ -18,6 +18,7 @@ QUICK = {"prompts": 2, "max_tokens": 32, "sweep_prompts": 1}
 LIMIT_B = 12
 SIDE_PROMPTS = 8  # --serving and --attached
 DEMO_WORKLOAD = "demo"  # --workload demo: the demo model set, as --set demo
+LARGE_WORKLOAD = "7b"  # --workload 7b: loading, memory and decoding on Qwen2.5-7B's shape (bench/large.py)
 
 
 def add_arguments(parser):
@@ -25,9 +26,12 @@ def add_arguments(parser):
 
     parser.add_argument("--out", type=Path, default=Path("bench-out"),
                         help="directory for bench.json, bench.md and the charts (default: ./bench-out)")
-    parser.add_argument("--workload", choices=("a", "b", "both", DEMO_WORKLOAD), default=None,
+    parser.add_argument("--workload", choices=("a", "b", "both", DEMO_WORKLOAD, LARGE_WORKLOAD), default=None,
                         help="a: bench pair, b: padded memory-bound pair (default: both; a with --quick); "
-                             f"{DEMO_WORKLOAD}: the demo model set (SmolLM2) with chat prompts, as --set demo")
+                             f"{DEMO_WORKLOAD}: the demo model set (SmolLM2) with chat prompts, as --set demo; "
+                             f"{LARGE_WORKLOAD}: a random set of Qwen2.5-7B's shape (19 GB, made once in --cache): "
+                             "loading cold and warm against reading, peak memory, decoding against the speed of "
+                             "light, verification of 1-16 tokens, beside llama-bench")
     parser.add_argument("--set", metavar="NAME", dest="model_set",
                         help="benchmark a registered model set instead: its chain shapes (target alone, each draft, "
                              "the default chain) against llama.cpp's own programs on the same GGUF files "
@@ -109,6 +113,8 @@ def run(args) -> int:
         return _remote_verify(args)
     if args.model_set or args.workload == DEMO_WORKLOAD:
         return _model_set(args, lengths)
+    if args.workload == LARGE_WORKLOAD:
+        return _large(args)
     keys = [k.strip() for k in args.pipelines.split(",")] if args.pipelines else None
     specs = pipelines.select(keys)
     limit = args.limit or (QUICK["prompts"] if args.quick else None)
@@ -335,6 +341,24 @@ def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, r
         print(ratio_text(result))
     else:
         print(f"{ratio_text} (geomean over {len(prompts)} prompts, identical answers): {result[ratio]:.3f}")
+    return 0
+
+
+def _large(args) -> int:
+    """`--workload 7b`: bench/large.py's figures, written to large.json and large.md."""
+    from assistant.bench import large, report
+    from native import bench as kernel_bench
+
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    files = large.prepare(args.cache, say=say)
+    bandwidth = _read_bandwidth(args.threads, say)
+    result = large.run(files, kernel_bench.native_dir() / "bin", bandwidth, args.threads, say=say)
+    result["summary"] = large.summary(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(result, args.out / "large.json")
+    text = large.markdown(result)
+    (args.out / "large.md").write_text(text)
+    print(text)
     return 0
 
 

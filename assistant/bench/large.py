@@ -1,0 +1,189 @@
+"""Workload 7b: a random-weight set of Qwen2.5-7B's shape, for what only size shows.
+
+Loading time against the time to read the files (cold and warm), peak memory against the files' size, decoding
+against the speed of light (the machine's read bandwidth over the bytes a token reads), and what verifying 1 to
+16 tokens costs, beside llama.cpp's llama-bench on the same files. Speed does not depend on the weights' values,
+so the files are written with random matrices reused across layers (native/bench/models.py), in minutes, and
+kept in the benchmark's cache; acceptance comes from the real and toy pairs of the other workloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+CHUNK = 16 << 20
+VERIFY_BATCHES = (1, 2, 4, 8, 16)
+
+
+def qwen7b_shape():
+    from native.bench.models import Shape
+
+    return Shape(hidden=3584, layers=28, intermediate=18944, heads=28, kv_heads=4, vocab=152064)
+
+
+def prepare(cache: Path, shape=None, say=print) -> dict[str, Path]:
+    """{"target": BF16 file, "mxfp4": its MXFP4 cast} of ``shape`` (Qwen2.5-7B's by default) in ``cache``."""
+    from assistant import diskspace
+    from native.bench.models import random_qwen2
+
+    shape = shape or qwen7b_shape()
+    directory = Path(cache) / "large" / shape.name
+    files = {"target": directory / "target.bf16.gguf", "mxfp4": directory / "target.mxfp4.gguf"}
+    params = shape.layers * (2 * shape.hidden ** 2 + 2 * shape.hidden * shape.hidden // shape.heads * shape.kv_heads
+                             + 3 * shape.hidden * shape.intermediate) + 2 * shape.vocab * shape.hidden
+    missing = {role: path for role, path in files.items() if not path.exists()}
+    if missing:
+        need = params * (2 if "target" in missing else 0) + params * 17 // 32 * ("mxfp4" in missing)
+        diskspace.require({directory: ("the 7B-shape benchmark files", need)}, "bench --workload 7b")
+    for role, path in missing.items():
+        say(f"[bench] writing the {role} of {shape.name} ({path})")
+        random_qwen2(path, "bf16" if role == "target" else "mxfp4", shape)
+    return files
+
+
+def drop_from_cache(path: Path) -> None:
+    """Evict a file's pages from the page cache (no privilege needed), so the next read comes from the disk."""
+    with open(path, "rb") as handle:
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def read_seconds(paths) -> float:
+    """Seconds to read the files through, as a loader at best would."""
+    buffer = bytearray(CHUNK)
+    started = time.perf_counter()
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while handle.readinto(buffer):
+                pass
+    return time.perf_counter() - started
+
+
+def probe(paths: list[Path], tokens: int, threads: int) -> dict:
+    """In a process of its own: load the chain of ``paths`` and decode ``tokens`` greedy tokens."""
+    command = [sys.executable, "-m", "assistant.bench.large", str(tokens), str(threads), *map(str, paths)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise AssistantError(f"loading {paths[0].name} for the 7B workload failed: {tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _probe_main(argv: list[str]) -> None:
+    from assistant.speculative import Pipeline, Sampling
+
+    tokens, threads, paths = int(argv[0]), int(argv[1]), [Path(p) for p in argv[2:]]
+    started = time.perf_counter()
+    pipeline = Pipeline.load(paths, threads=threads, ngram=False)
+    load = time.perf_counter() - started
+    answer = pipeline.generate("def quicksort(items):", Sampling(), tokens)
+    answer.finish()
+    stats = answer.stats
+    print(json.dumps({"load_seconds": load, "new_tokens": stats.new_tokens,
+                      "decode_tokens_per_second": stats.new_tokens / max(stats.seconds - stats.prompt_seconds, 1e-9),
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "n_ctx": pipeline.n_ctx}))
+    pipeline.close()
+
+
+def llama_bench(bin_dir: Path, model: Path, threads: int, env: dict[str, str]) -> dict:
+    """llama-bench on ``model``: ms per batch of 1..16 tokens and the decoding rate of 16 tokens."""
+    command = [str(bin_dir / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, VERIFY_BATCHES)), "-n", "16",
+               "-r", "1", "-t", str(threads), "-o", "json"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
+    if done.returncode != 0:
+        raise AssistantError(f"llama-bench failed on {model.name}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    rows = json.loads(done.stdout)
+    batches = {row["n_prompt"]: row["avg_ns"] / 1e6 for row in rows if row["n_gen"] == 0}
+    decode = next((row["avg_ts"] for row in rows if row["n_gen"] > 0), None)
+    return {"batch_ms": batches, "decode_tokens_per_second": decode}
+
+
+STOCK = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_ATTENTION": "stock"}
+
+
+def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, threads: int = 2, tokens: int = 16,
+        say=print) -> dict:
+    """Every figure of the workload, each measured in this one run."""
+    from assistant.engine.gguf_header import read_header
+
+    target, copy = files["target"], files["mxfp4"]
+    sizes = {role: path.stat().st_size for role, path in files.items()}
+    result = {"files": {role: str(path) for role, path in files.items()}, "file_bytes": sizes, "threads": threads}
+    for state in ("cold", "warm"):
+        if state == "cold":
+            drop_from_cache(target)
+        say(f"[bench] 7b: reading the target ({state})")
+        result[f"read_seconds_{state}"] = read_seconds([target])
+        if state == "cold":
+            drop_from_cache(target)
+        say(f"[bench] 7b: loading the target alone ({state}) and decoding {tokens} tokens")
+        result[f"target_{state}"] = probe([target], tokens, threads)
+    say("[bench] 7b: loading the target and its MXFP4 copy")
+    result["chain"] = probe([target, copy], tokens, threads)
+    weights = read_header(target).weight_bytes
+    light = bandwidth_gbps * 1e9 / weights if bandwidth_gbps else None  # tokens/s if a token only read the weights
+    result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light
+    for role, path in (("target", target), ("mxfp4", copy)):
+        for kernels, env in (("ours", {}), ("stock", STOCK)):
+            say(f"[bench] 7b: llama-bench on the {role}, {kernels} kernels")
+            result[f"llama_bench_{role}_{kernels}"] = llama_bench(bin_dir, path, threads, env)
+    return result
+
+
+def summary(result: dict) -> dict:
+    """The issue's ratios: peak memory over the files, loading over reading, decoding over the speed of light."""
+    sizes = result["file_bytes"]
+    light = result["speed_of_light_tokens_per_second"]
+    out = {"target_peak_over_file": result["target_warm"]["peak_rss_bytes"] / sizes["target"],
+           "chain_peak_over_files": result["chain"]["peak_rss_bytes"] / (sizes["target"] + sizes["mxfp4"])}
+    for state in ("cold", "warm"):
+        out[f"load_over_read_{state}"] = result[f"target_{state}"]["load_seconds"] / result[f"read_seconds_{state}"]
+    if light:
+        out["decode_over_light"] = result["target_warm"]["decode_tokens_per_second"] / light
+    ours = result["llama_bench_target_ours"]["batch_ms"]
+    out["target_verify_16_over_1"] = ours[16] / ours[1] if 16 in ours and 1 in ours else None
+    return out
+
+
+def markdown(result: dict) -> str:
+    s = summary(result)
+    gb = lambda n: f"{n / 1e9:.2f} GB"  # noqa: E731
+    lines = [
+        "## Workload 7b: Qwen2.5-7B's shape, random weights",
+        "",
+        f"Files: target {gb(result['file_bytes']['target'])} (BF16), MXFP4 copy {gb(result['file_bytes']['mxfp4'])}; "
+        f"{result['threads']} threads; read bandwidth {result['bandwidth_gbps'] or 0:.1f} GB/s.",
+        "",
+        "| measure | cold | warm |",
+        "| --- | --- | --- |",
+        f"| reading the target | {result['read_seconds_cold']:.1f} s | {result['read_seconds_warm']:.1f} s |",
+        f"| loading the target alone | {result['target_cold']['load_seconds']:.1f} s "
+        f"({s['load_over_read_cold']:.2f}x reading) | {result['target_warm']['load_seconds']:.1f} s "
+        f"({s['load_over_read_warm']:.2f}x reading) |",
+        "",
+        f"Peak RSS: target alone {gb(result['target_warm']['peak_rss_bytes'])} ({s['target_peak_over_file']:.2f}x its "
+        f"file), target + MXFP4 copy {gb(result['chain']['peak_rss_bytes'])} ({s['chain_peak_over_files']:.2f}x "
+        f"the files). Decoding (target alone): {result['target_warm']['decode_tokens_per_second']:.2f} tokens/s"
+        + (f", {s['decode_over_light']:.2f} of the speed of light ({result['speed_of_light_tokens_per_second']:.2f})."
+           if s.get("decode_over_light") else "."),
+        "",
+        "| llama-bench | " + " | ".join(f"N={n} ms" for n in VERIFY_BATCHES) + " | decode tokens/s |",
+        "| --- | " + " | ".join("---" for _ in VERIFY_BATCHES) + " | --- |",
+    ]
+    for key in ("target_ours", "target_stock", "mxfp4_ours", "mxfp4_stock"):
+        row = result[f"llama_bench_{key}"]
+        cells = " | ".join(f"{row['batch_ms'].get(n, float('nan')):.1f}" for n in VERIFY_BATCHES)
+        lines.append(f"| {key.replace('_', ', ')} | {cells} | {row['decode_tokens_per_second'] or 0:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    _probe_main(sys.argv[1:])
