@@ -7,9 +7,9 @@ Each repeat runs `assistant generate --json` once and the chat once, alternating
 conversation store once complete (the store, not the screen, is polled: the measurement adds no terminal
 work), its conversation deleted after. Both use the data directory (ASSISTANT_HOME or the default) and
 `generate` is given the chat's settings: model set, levels, temperature, token limit, context. Prints
-tokens/s after the prompt for each run, the ratio of the medians, how far apart `generate`'s own runs were (the
-noise a ratio has to be read against: on a shared machine one run can be 10% off the next) and whether every
-run gave the same answer.
+tokens/s after the prompt for each run and how long the chat took to be ready for input, the ratio of the
+medians, how far apart `generate`'s own runs were (the noise a ratio has to be read against: on a shared machine
+one run can be 10% off the next) and whether every run gave the same answer.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tup
                            if key.startswith(("ASSISTANT_", "PYTHON")))
     python = shlex.quote(sys.executable)
     command = f"exec env -u COLUMNS -u LINES TERM=xterm-256color {environment} {python} -m assistant chat"
+    started = time.monotonic()
     subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", command],
                    check=True)
     try:
@@ -74,7 +75,8 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tup
         while "ready" not in _status_line(tmux, name):
             if time.monotonic() > deadline:
                 raise SystemExit("the chat did not get ready")
-            time.sleep(0.5)
+            time.sleep(0.05)
+        ready = time.monotonic() - started
         subprocess.run([*tmux, "send-keys", "-t", name, "-l", question], check=True)
         subprocess.run([*tmux, "send-keys", "-t", name, "Enter"], check=True)
         while True:
@@ -84,7 +86,7 @@ def chat_once(question: str, settings, env: dict, timeout: float = 600.0) -> tup
                 store = Store(database)
                 store.delete(conversation)
                 store.close()
-                return json.loads(stats), text
+                return json.loads(stats) | {"ready_seconds": ready}, text
             if time.monotonic() > deadline:
                 raise SystemExit("the chat's answer did not complete")
             time.sleep(0.5)
@@ -128,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             stats, text = once(args.question, settings, env)
             rates[way].append(after_prompt(stats))
             answers[way].add(text)
+            ready = f"; ready for input {stats['ready_seconds']:.2f} s after start" if "ready_seconds" in stats else ""
             print(f"{way:>8} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
-                  f"the prompt", file=sys.stderr, flush=True)
+                  f"the prompt{ready}", file=sys.stderr, flush=True)
     ratio = statistics.median(rates["chat"]) / statistics.median(rates["generate"])
     spread = max(rates["generate"]) / min(rates["generate"]) - 1
     same = answers["generate"] == answers["chat"] and len(answers["chat"]) == 1
