@@ -41,7 +41,8 @@ def generate_once(question: str, settings, env: dict) -> tuple[dict, str]:
 
     levels = settings.level_count(len(modelsets.get(settings.model_set).levels))
     command = [sys.executable, "-m", "assistant", "generate", "--json", "--temp", str(settings.temperature),
-               "--max-tokens", str(settings.max_tokens), "--ctx", str(settings.n_ctx), "--levels", str(levels)]
+               "--max-tokens", str(settings.max_tokens), "--levels", str(levels)]
+    command += ["--ctx", str(settings.n_ctx)] if settings.n_ctx else []
     command += ["--model-set", settings.model_set] if settings.model_set else []
     command += ["--system", settings.system_prompt] if settings.system_prompt else []
     done = subprocess.run([*command, question], env=env, capture_output=True, text=True)

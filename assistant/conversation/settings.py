@@ -25,7 +25,7 @@ class ChatSettings:
     speculation: bool = True  # off: the target alone
     levels: int | None = None  # how many levels of the set to use; None: all of them
     speculation_view: bool = False
-    n_ctx: int = 4096
+    n_ctx: int | None = None  # context tokens; None: 4096, or less where memory is short
     command_timeout: float = COMMAND_TIMEOUT  # seconds a `!` or `/run` command may run before it is stopped
     keymap: dict[str, str] = field(default_factory=dict)  # binding id -> keys, e.g. {"new_chat": "ctrl+t"}
 

@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from assistant.attachments import Attachment, AttachmentError, expand, mentions, read_file
 from assistant.conversation import attached_files, backend
 from assistant.conversation.store import Store
+from assistant.engine.memory import DEFAULT_CTX
 from assistant.ui.components.command_runner import CommandRunner
 from assistant.ui.components.component import Component
 from assistant.ui.components.conversations import Conversations
@@ -231,6 +232,6 @@ class Attachments(Component):
         else:
             prompt = [{"content": settings.system_prompt}]
         used = sum(count(message["content"]) + backend.TURN_OVERHEAD for message in prompt) + backend.TURN_OVERHEAD
-        n_ctx = pipeline.n_ctx if pipeline is not None else settings.n_ctx
+        n_ctx = pipeline.n_ctx if pipeline is not None else settings.n_ctx or DEFAULT_CTX
         self.bar.show(self.pending, tokens, n_ctx - settings.max_tokens - used - sum(tokens), n_ctx,
                       pipeline is not None)
