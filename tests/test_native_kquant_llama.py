@@ -89,3 +89,16 @@ def test_logits_match_the_stock_kernels(q4_k_m, dequantized, prompt_tokens, tmp_
     rms = {name: np.sqrt(np.mean((x - exact) ** 2)) for name, x in (("ours", ours), ("stock", stock))}
     assert rms["ours"] <= rms["stock"], rms
     assert (ours.argmax(axis=1) == exact.argmax(axis=1)).mean() >= 0.9
+
+
+def test_our_k_quant_mul_mat_is_batch_invariant_in_ggml():
+    """Through the real backend (the kernel bench's check): each column of N = 1, 3, 8, 16 at 1 and 2 threads
+    has the bits of that column computed alone."""
+    from native import bench, build
+
+    directory = build.cache_root() / build.build_key()
+    if not (directory / "build-info.json").exists():
+        pytest.skip(f"no native build for the current sources ({directory}); run native/build.py")
+    result = bench.check_invariance(bench.mulmat_tool(directory), kernels=("q4_k-ours", "q6_k-ours"))
+    assert set(result) == {"q4_k-ours", "q6_k-ours"}
+    assert all(r["batch_invariant"] for r in result.values()), result
