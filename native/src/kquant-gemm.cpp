@@ -223,6 +223,15 @@ void q6_scalar(const uint8_t * tile, int R, int64_t nsb, const Column * cols, in
     }
 }
 
+// The lines of part `part` of 8 of a super-block's tile, kPrefetchBytes ahead: spread over the super-block's 8
+// steps rather than all at its start, so the prefetches do not queue up behind each other. The kernels that
+// split a tile into row groups prefetch during the first group, which touches every line.
+inline void prefetch_part(const uint8_t * blk, size_t bytes, int part) {
+    for (size_t l = bytes * part / 8 / 64 * 64; l < bytes * (part + 1) / 8; l += 64) {
+        __builtin_prefetch(blk + kPrefetchBytes + l, 0, 3);
+    }
+}
+
 using TileFn = void (*)(const uint8_t *, int64_t, const Column *, float (*)[kTile]);
 
 #ifdef KQUANT_X86
@@ -232,9 +241,6 @@ inline int32_t load_i32(const int8_t * p) {
     return v;
 }
 
-inline void prefetch_block(const uint8_t * blk, size_t bytes) {
-    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *) blk + kPrefetchBytes + l, _MM_HINT_T0);
-}
 
 // ---------------------------------------------------------------- AVX512-VNNI: one zmm lane per row of the tile
 
@@ -272,10 +278,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void q4_avx512(const uint
     for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
-        prefetch_block(blk, kTile * kQ4Bytes);
         __m512 wsc[8], wmin[8];
         q4_factors512(blk, wsc, wmin);
         for (int s = 0; s < 8; ++s) {
+            prefetch_part(blk, kTile * kQ4Bytes, s);
             __m512i w[8];
 #    pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
@@ -318,9 +324,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void q6_avx512(const uint
     for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * blk = tile + sb * kTile * kQ6Bytes;
-        prefetch_block(blk, kTile * kQ6Bytes);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (blk + q6::kD * kTile)));
         for (int g = 0; g < 8; ++g) {
+            prefetch_part(blk, kTile * kQ6Bytes, g);
             const int n = g / 4, k2 = g % 4;
             __m512i   w[8];
 #    pragma GCC unroll 8
@@ -396,7 +402,6 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void q4_avx256(const uint8_t * 
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
-            prefetch_block(blk, kTile * kQ4Bytes / 2);
             const __m256 d = halves8(blk + q4::kD * kTile + 16 * h), dmin = halves8(blk + q4::kDmin * kTile + 16 * h);
             __m256       wsc[8], wmin[8];
             for (int p = 0; p < 4; ++p) {
@@ -409,6 +414,7 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void q4_avx256(const uint8_t * 
                 wmin[2 * p + 1] = _mm256_mul_ps(dmin, six256(ml, 4, hb, 6));
             }
             for (int s = 0; s < 8; ++s) {
+                if (h == 0) prefetch_part(blk, kTile * kQ4Bytes, s);
                 __m256i w[8];
 #    pragma GCC unroll 8
                 for (int c = 0; c < 8; ++c) {
@@ -445,9 +451,9 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void q6_avx256(const uint8_t * 
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t * blk = tile + sb * kTile * kQ6Bytes;
-            prefetch_block(blk, kTile * kQ6Bytes / 2);
             const __m256 d = halves8(blk + q6::kD * kTile + 16 * h);
             for (int g = 0; g < 8; ++g) {
+                if (h == 0) prefetch_part(blk, kTile * kQ6Bytes, g);
                 const int n = g / 4, k2 = g % 4;
                 __m256i   w[8];
 #    pragma GCC unroll 8
@@ -533,7 +539,6 @@ KQUANT_DOTPROD void q4_neon(const uint8_t * tile, int64_t nsb, const Column * co
         for (int j = 0; j < NC; ++j) acc[j] = vdupq_n_f32(0.0f);
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
-            for (int l = 0; l < 4; ++l) __builtin_prefetch(blk + kPrefetchBytes + 64 * l);
             const float32x4_t d    = halves4(blk + q4::kD * kTile + 8 * quarter);
             const float32x4_t dmin = halves4(blk + q4::kDmin * kTile + 8 * quarter);
             float32x4_t       wsc[8], wmin[8];
@@ -547,6 +552,7 @@ KQUANT_DOTPROD void q4_neon(const uint8_t * tile, int64_t nsb, const Column * co
                 wmin[2 * p + 1] = vmulq_f32(dmin, six_neon(ml, 4, hb, 6));
             }
             for (int s = 0; s < 8; ++s) {
+                if (quarter == 0) prefetch_part(blk, kTile * kQ4Bytes, s);
                 int8x16_t w[8];
                 for (int c = 0; c < 8; ++c) {
                     const uint8x16_t v = vld1q_u8(blk + q4::chunk(s / 2, c) * kTile + 16 * quarter);
@@ -574,9 +580,9 @@ KQUANT_DOTPROD void q6_neon(const uint8_t * tile, int64_t nsb, const Column * co
         for (int j = 0; j < NC; ++j) acc[j] = vdupq_n_f32(0.0f);
         for (int64_t sb = 0; sb < nsb; ++sb) {
             const uint8_t * blk = tile + sb * kTile * kQ6Bytes;
-            for (int l = 0; l < 6; ++l) __builtin_prefetch(blk + kPrefetchBytes + 64 * l);
             const float32x4_t d = halves4(blk + q6::kD * kTile + 8 * quarter);
             for (int g = 0; g < 8; ++g) {
+                if (quarter == 0) prefetch_part(blk, kTile * kQ6Bytes, g);
                 const int n = g / 4, k2 = g % 4;
                 int8x16_t w[8];
                 for (int c = 0; c < 8; ++c) {
