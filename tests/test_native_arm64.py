@@ -53,6 +53,9 @@ def test_every_path_this_cpu_has_agrees_with_scalar(tmp_path):
         "q4_k avx2": {"avx2", "fma", "f16c"} <= flags,
         "q4_k avx-vnni": {"avx2", "fma", "f16c", "avx_vnni"} <= flags,
         "q4_k avx512-vnni": {"avx512f", "avx512bw", "avx512_vnni"} <= flags,
+        "q5_k avx2": {"avx2", "fma", "f16c"} <= flags,
+        "q5_k avx-vnni": {"avx2", "fma", "f16c", "avx_vnni"} <= flags,
+        "q5_k avx512-vnni": {"avx512f", "avx512bw", "avx512_vnni"} <= flags,
         "q6_k avx2": {"avx2", "fma", "f16c"} <= flags,
         "q6_k avx-vnni": {"avx2", "fma", "f16c", "avx_vnni"} <= flags,
         "q6_k avx512-vnni": {"avx512f", "avx512bw", "avx512_vnni"} <= flags,
@@ -81,7 +84,7 @@ def arm64_check(tmp_path_factory) -> Path:
 def test_neon_paths_agree_with_scalar_under_qemu(arm64_check):
     """A CPU with the dot-product extension runs both NEON paths; each equals scalar bit for bit."""
     out = run([QEMU, "-cpu", "max", str(arm64_check)])
-    for kernel in ("mxfp4", "bf16", "q4_k", "q6_k"):
+    for kernel in ("mxfp4", "bf16", "q4_k", "q5_k", "q6_k"):
         assert f"ok   {kernel} neon equals scalar bit for bit" in out, out
         assert f"ok   {kernel} neon is batch invariant" in out, out
         assert f"{kernel} default path: neon" in out, out

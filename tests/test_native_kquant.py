@@ -1,4 +1,4 @@
-"""Our Q4_K and Q6_K kernels (native/src/kquant-gemm.*), compiled on their own and checked against gguf-py.
+"""Our Q4_K, Q5_K and Q6_K kernels (native/src/kquant-gemm.*), compiled on their own and checked against gguf-py.
 
 As tests/test_native_kernels.py does for MXFP4 and BF16: the weights are random ggml blocks, dequantized by
 gguf-py (the reference for the layouts), times the kernel's own int8 activations in float64; every path this
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,8 @@ from gguf.quants import dequantize
 
 SRC = Path(__file__).resolve().parents[1] / "native" / "src"
 PATHS = {"scalar": 1, "avx2": 2, "avx-vnni": 3, "avx512-vnni": 4, "neon": 5}
-TYPES = {"Q4_K": (12, 144, GGMLQuantizationType.Q4_K), "Q6_K": (14, 210, GGMLQuantizationType.Q6_K)}
+TYPES = {"Q4_K": (12, 144, GGMLQuantizationType.Q4_K), "Q5_K": (13, 176, GGMLQuantizationType.Q5_K),
+         "Q6_K": (14, 210, GGMLQuantizationType.Q6_K)}
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -70,7 +72,7 @@ def random_blocks(rng, kind: str, M: int, K: int) -> np.ndarray:
     """M rows of ggml blocks with random bits, the f16 factors set to realistic sizes (no inf or NaN)."""
     _, size, _ = TYPES[kind]
     blocks = rng.integers(0, 256, size=(M, K // 256, size), dtype=np.uint8)
-    if kind == "Q4_K":
+    if kind in ("Q4_K", "Q5_K"):
         blocks[:, :, 0:2] = f16_bytes(rng.uniform(1e-4, 2e-3, (M, K // 256)))
         blocks[:, :, 2:4] = f16_bytes(rng.uniform(1e-4, 2e-3, (M, K // 256)))
     else:
@@ -121,10 +123,11 @@ def test_matches_gguf_dequantize_times_float64(lib, kind, M, K, N):
     act = w.prepare(rng.standard_normal((N, K)).astype(np.float32))
     a = w.dequantized_activations(act)
     ref = a @ w.weights().T
-    # float32 accumulation of per-block sums: error relative to the sum of |terms|, where Q4_K's terms are its
-    # scaled values and its mins, summed apart (each is the file's dequantization with the other factor zeroed)
+    # float32 accumulation of per-block sums: error relative to the sum of |terms|, where Q4_K's and Q5_K's terms
+    # are their scaled values and their mins, summed apart (each is the file's dequantization with the other
+    # factor zeroed)
     scale = np.abs(a) @ np.abs(w.weights()).T
-    if kind == "Q4_K":
+    if kind in ("Q4_K", "Q5_K"):
         parts = [w.blocks.copy(), w.blocks.copy()]
         parts[0][:, :, 2:4] = 0  # dmin = 0: d * scale * q
         parts[1][:, :, 0:2] = 0  # d = 0: -dmin * min
@@ -220,9 +223,10 @@ def test_avx2_kernels_use_no_vnni_instruction(kernel_so):
             functions[name] = []
         elif name:
             functions[name].append(line)
-    avx2 = [n for n in functions if "_avx256<" in n and ", false>" in n]
-    vnni = [n for n in functions if "_avx256<" in n and ", true>" in n]
-    assert len(avx2) == 8 and len(vnni) == 8, list(functions)[:20]
+    vnni_argument = {n: re.search(r"_avx256<\d+, (true|false)", n) for n in functions}  # <columns, VNNI, ...>
+    avx2 = [n for n, m in vnni_argument.items() if m and m.group(1) == "false"]
+    vnni = [n for n, m in vnni_argument.items() if m and m.group(1) == "true"]
+    assert len(avx2) == 12 and len(vnni) == 12, list(functions)[:20]
     for n in avx2:
         assert not any("vpdp" in line for line in functions[n]), n
     for n in vnni:

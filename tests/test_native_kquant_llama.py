@@ -1,5 +1,5 @@
-"""Our Q4_K / Q6_K kernels inside llama.cpp, on a tiny random model quantized to Q4_K_M by our build's
-llama-quantize (ollama's default file type): batch equals token by token, and logits close to stock's.
+"""Our K-quant kernels inside llama.cpp, on a tiny random model quantized to Q4_K_M (ollama's default file type)
+and Q5_K_M by our build's llama-quantize: batch equals token by token, and logits close to stock's.
 """
 
 from __future__ import annotations
@@ -17,28 +17,53 @@ pytestmark = pytest.mark.skipif(not _description(), reason="llama_cpp with our k
 
 
 @pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory) -> Path:
-    """A Qwen2 of 2 layers, hidden 256 (rows of whole 256-value super-blocks), untied output, as Q4_K_M."""
+def tiny_bf16(tmp_path_factory) -> Path:
+    """A Qwen2 of 2 layers, hidden 256 (rows of whole 256-value super-blocks), untied output, as BF16."""
     from converters import convert
     from converters.random_checkpoint import make_checkpoint
+
+    directory = tmp_path_factory.mktemp("k_quants")
+    checkpoint = make_checkpoint(directory / "hf", "qwen2", hidden=256, layers=2, intermediate=768, heads=4,
+                                 kv_heads=2, tied=False, bias=True, seed=11, std=0.05)
+    return convert(checkpoint, outdir=directory, name="tiny", types=("bf16",), progress=False)["bf16"]
+
+
+def quantized(source: Path, file_type: str) -> Path:
+    """``source`` quantized by our build's llama-quantize."""
     from native import build
 
     quantize = build.cache_root() / build.build_key() / "bin" / "llama-quantize"
     if not quantize.exists():
         pytest.skip(f"no llama-quantize for the current sources ({quantize}); run native/build.py")
-    directory = tmp_path_factory.mktemp("q4_k_m")
-    checkpoint = make_checkpoint(directory / "hf", "qwen2", hidden=256, layers=2, intermediate=768, heads=4,
-                                 kv_heads=2, tied=False, bias=True, seed=11, std=0.05)
-    bf16 = convert(checkpoint, outdir=directory, name="tiny", types=("bf16",), progress=False)["bf16"]
-    out = directory / "tiny.Q4_K_M.gguf"
-    done = subprocess.run([str(quantize), str(bf16), str(out), "Q4_K_M"], capture_output=True, text=True, timeout=300)
+    out = source.with_name(f"tiny.{file_type}.gguf")
+    done = subprocess.run([str(quantize), str(source), str(out), file_type], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
 
 
-def test_the_file_holds_q4_k_and_q6_k_matrices(q4_k_m):
-    types = {t.tensor_type.name for t in gguf.GGUFReader(q4_k_m).tensors if len(t.shape) == 2}
-    assert types == {"Q4_K", "Q6_K"}, types
+@pytest.fixture(scope="module")
+def q4_k_m(tiny_bf16) -> Path:
+    return quantized(tiny_bf16, "Q4_K_M")
+
+
+@pytest.fixture(scope="module")
+def q5_k_m(tiny_bf16) -> Path:
+    return quantized(tiny_bf16, "Q5_K_M")
+
+
+def test_the_files_hold_k_quant_matrices(q4_k_m, q5_k_m):
+    for path, expected in ((q4_k_m, {"Q4_K", "Q6_K"}), (q5_k_m, {"Q5_K", "Q6_K"})):
+        types = {t.tensor_type.name for t in gguf.GGUFReader(path).tensors if len(t.shape) == 2}
+        assert types == expected, (path.name, types)
+
+
+def test_q5_k_m_batch_equals_token_by_token(q5_k_m, prompt_tokens, tmp_path):
+    batch, info = run_logits(q5_k_m, prompt_tokens[:16], OURS, tmp_path)
+    single, _ = run_logits(q5_k_m, prompt_tokens[:16], OURS, tmp_path, single=True)
+    assert "kquant=stock" not in info["kernels"]
+    assert np.array_equal(batch, single), np.abs(batch - single).max()
+    stock, _ = run_logits(q5_k_m, prompt_tokens[:16], STOCK, tmp_path)
+    assert np.median(np.abs(batch - stock) / stock.std(axis=1, keepdims=True)) < 5e-2
 
 
 def test_kernels_claim_the_k_quants(q4_k_m, tmp_path):
@@ -99,6 +124,6 @@ def test_our_k_quant_mul_mat_is_batch_invariant_in_ggml():
     directory = build.cache_root() / build.build_key()
     if not (directory / "build-info.json").exists():
         pytest.skip(f"no native build for the current sources ({directory}); run native/build.py")
-    result = bench.check_invariance(bench.mulmat_tool(directory), kernels=("q4_k-ours", "q6_k-ours"))
-    assert set(result) == {"q4_k-ours", "q6_k-ours"}
+    result = bench.check_invariance(bench.mulmat_tool(directory), kernels=("q4_k-ours", "q5_k-ours", "q6_k-ours"))
+    assert set(result) == {"q4_k-ours", "q5_k-ours", "q6_k-ours"}
     assert all(r["batch_invariant"] for r in result.values()), result

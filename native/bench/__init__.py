@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 NS = (1, 2, 4, 8, 16)
 KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock",
-           "q4_k-ours", "q4_k-repack", "q4_k-stock", "q6_k-ours", "q6_k-stock")
+           "q4_k-ours", "q4_k-repack", "q4_k-stock", "q5_k-ours", "q5_k-stock", "q6_k-ours", "q6_k-stock")
 LABELS = {
     "mxfp4-ours": "MXFP4, ours (int8 dot products: AVX2, VNNI or AMX, by CPU)",
     "mxfp4-repack": "MXFP4, stock repack",
@@ -29,6 +29,8 @@ LABELS = {
     "q4_k-ours": "Q4_K, ours",
     "q4_k-repack": "Q4_K, stock repack",
     "q4_k-stock": "Q4_K, stock (no repack)",
+    "q5_k-ours": "Q5_K, ours",
+    "q5_k-stock": "Q5_K, stock",
     "q6_k-ours": "Q6_K, ours",
     "q6_k-stock": "Q6_K, stock",
 }
@@ -137,7 +139,8 @@ def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
     wide as the measured peak's: avx2, neon) also BF16's batch of 16 as a share of that peak."""
     t = {(r["kernel"], r["n"]): r for r in run.results}
     out = {}
-    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock"), ("q4_k", "q4_k-repack"), ("q6_k", "q6_k-stock")):
+    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock"), ("q4_k", "q4_k-repack"), ("q5_k", "q5_k-stock"),
+                        ("q6_k", "q6_k-stock")):
         ours = f"{kind}-ours"
         if (ours, 1) not in t or (ours, 8) not in t:
             continue

@@ -1,6 +1,6 @@
 // The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
 // paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
-// mxfp4-gemm.h, bf16-gemm.h and kquant-gemm.h (Q4_K, Q6_K); MUL_MAT on them then runs our kernels for every batch size, since the
+// mxfp4-gemm.h, bf16-gemm.h and kquant-gemm.h (Q4_K, Q5_K, Q6_K); MUL_MAT on them then runs our kernels for every batch size, since the
 // stock kernels cannot read those layouts.
 //
 // ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL / ASSISTANT_KQUANT_KERNEL, read once at start-up:
@@ -13,7 +13,7 @@
 //                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
-//                     "avx512", else "avx2"), "neon"; K-quants (Q4_K and Q6_K together) "scalar", "avx2",
+//                     "avx512", else "avx2"), "neon"; K-quants (Q4_K, Q5_K and Q6_K together) "scalar", "avx2",
 //                     "avx-vnni", "avx512-vnni", "neon". A path this CPU cannot run is refused, never run.
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
@@ -104,7 +104,7 @@ const Settings & settings() {
     return s;
 }
 
-bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K; }
+bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K; }
 
 bool handles_type(ggml_type type) {
     return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16) ||
@@ -125,7 +125,8 @@ size_t column_bytes(ggml_type type, int64_t K) {
 }
 
 // The K-quant kernels take ggml's type numbers (kquant-gemm.h numbers them the same).
-static_assert(KQUANT_Q4_K == GGML_TYPE_Q4_K && KQUANT_Q6_K == GGML_TYPE_Q6_K, "kquant-gemm.h's type numbers");
+static_assert(KQUANT_Q4_K == GGML_TYPE_Q4_K && KQUANT_Q5_K == GGML_TYPE_Q5_K && KQUANT_Q6_K == GGML_TYPE_Q6_K,
+              "kquant-gemm.h's type numbers");
 
 class MatmulTraits : public ggml::cpu::tensor_traits {
     bool work_size(int /*n_threads*/, const ggml_tensor * op, size_t & size) override {

@@ -32,14 +32,15 @@ namespace {
 constexpr int    kTile  = KQUANT_TILE_ROWS;
 constexpr int    kSuper = KQUANT_SUPER;
 constexpr int    kBlock = 32;
-constexpr size_t kQ4Bytes = 144, kQ6Bytes = 210;
+constexpr size_t kQ4Bytes = 144, kQ5Bytes = 176, kQ6Bytes = 210;
 // Software prefetch this far ahead in the weight stream (as the MXFP4 kernel: DRAM and compute overlap).
 constexpr int kPrefetchBytes = 4096;
 
 // Offsets inside one super-block of a tile with R rows, in units of R bytes.
 namespace q4 {
-constexpr int kD = 0, kDmin = 2, kScaleLow = 4, kMinLow = 8, kHigh = 12, kNibbles = 16;
+constexpr int kD = 0, kDmin = 2, kScaleLow = 4, kMinLow = 8, kHigh = 12, kNibbles = 16, kFifthBits = 144;
 inline size_t chunk(int p, int c) { return kNibbles + (size_t) (8 * p + c) * 4; }
+inline size_t fifth_chunk(int c) { return kFifthBits + (size_t) c * 4; }  // Q5_K: bytes qh[4c..4c+3]
 }  // namespace q4
 namespace q6 {
 constexpr int kD = 0, kScales = 2, kLow = 18, kHighBits = 146;
@@ -47,7 +48,7 @@ inline size_t low_chunk(int n, int k, int c) { return kLow + (size_t) ((2 * n + 
 inline size_t high_chunk(int n, int c) { return kHighBits + (size_t) (8 * n + c) * 4; }
 }  // namespace q6
 
-size_t block_bytes(int type) { return type == KQUANT_Q4_K ? kQ4Bytes : kQ6Bytes; }
+size_t block_bytes(int type) { return type == KQUANT_Q4_K ? kQ4Bytes : type == KQUANT_Q5_K ? kQ5Bytes : kQ6Bytes; }
 
 size_t tile_bytes(int type, int rows, int64_t nsb) { return (size_t) rows * nsb * block_bytes(type); }
 
@@ -83,8 +84,11 @@ void encode_scales(const uint8_t * sc, const uint8_t * m, uint8_t * s) {
     }
 }
 
-// One super-block of R rows between ggml blocks (rows[r]) and a tile's packed form, in either direction.
+// One super-block of R rows between ggml blocks (rows[r]) and a tile's packed form, in either direction. Q5_K is
+// Q4_K's block with the 32 bytes of fifth bits (qh) before the nibbles; its tile adds them after Q4_K's fields.
+template <bool Q5>
 void move_q4(uint8_t * const * rows, int R, uint8_t * tile, bool to_tile) {
+    const int nibbles = Q5 ? 48 : 16;
     for (int r = 0; r < R; ++r) {
         uint8_t * b = rows[r];
         auto move = [&](size_t at, uint8_t * row_bytes, size_t n) {
@@ -93,8 +97,9 @@ void move_q4(uint8_t * const * rows, int R, uint8_t * tile, bool to_tile) {
         move(q4::kD * R + 2 * r, b, 2);
         move(q4::kDmin * R + 2 * r, b + 2, 2);
         for (int p = 0; p < 4; ++p) {
-            for (int c = 0; c < 8; ++c) move(q4::chunk(p, c) * R + 4 * r, b + 16 + 32 * p + 4 * c, 4);
+            for (int c = 0; c < 8; ++c) move(q4::chunk(p, c) * R + 4 * r, b + nibbles + 32 * p + 4 * c, 4);
         }
+        for (int c = 0; c < 8 && Q5; ++c) move(q4::fifth_chunk(c) * R + 4 * r, b + 16 + 4 * c, 4);
         uint8_t sc[8], m[8];
         if (to_tile) {
             decode_scales(b + 4, sc, m);
@@ -144,7 +149,8 @@ void move_matrix(int type, uint8_t * rows_base, uint8_t * packed, int64_t M, int
         for (int64_t sb = 0; sb < nsb; ++sb) {
             uint8_t * rows[kTile];
             for (int r = 0; r < R; ++r) rows[r] = rows_base + ((t0 + r) * nsb + sb) * bb;
-            (type == KQUANT_Q4_K ? move_q4 : move_q6)(rows, R, tile + sb * R * bb, to_tile);
+            (type == KQUANT_Q4_K ? move_q4<false> : type == KQUANT_Q5_K ? move_q4<true> : move_q6)(rows, R, tile + sb * R * bb,
+                                                                                                   to_tile);
         }
     }
 }
@@ -164,12 +170,13 @@ Column column(const void * act, size_t stride, int64_t j, int64_t K) {
 
 // ---------------------------------------------------------------- scalar reference
 
+template <bool Q5>
 void q4_scalar(const uint8_t * tile, int R, int64_t nsb, const Column * cols, int nc, float (*out)[kTile]) {
     for (int j = 0; j < nc; ++j) {
         for (int r = 0; r < R; ++r) {
             float acc = 0.0f;
             for (int64_t sb = 0; sb < nsb; ++sb) {
-                const uint8_t * blk  = tile + sb * R * kQ4Bytes;
+                const uint8_t * blk  = tile + sb * R * (Q5 ? kQ5Bytes : kQ4Bytes);
                 const float     d    = half_to_float(blk + q4::kD * R + 2 * r);
                 const float     dmin = half_to_float(blk + q4::kDmin * R + 2 * r);
                 for (int s = 0; s < 8; ++s) {
@@ -181,7 +188,10 @@ void q4_scalar(const uint8_t * tile, int R, int64_t nsb, const Column * cols, in
                     const int8_t * a = cols[j].q + b * kBlock;
                     int32_t isum = 0;
                     for (int c = 0; c < 8; ++c) {
-                        for (int i = 0; i < 4; ++i) isum += (blk[q4::chunk(p, c) * R + 4 * r + i] >> shift & 15) * a[4 * c + i];
+                        for (int i = 0; i < 4; ++i) {
+                            const int fifth = Q5 ? (blk[q4::fifth_chunk(c) * R + 4 * r + i] >> s & 1) << 4 : 0;
+                            isum += ((blk[q4::chunk(p, c) * R + 4 * r + i] >> shift & 15) | fifth) * a[4 * c + i];
+                        }
                     }
                     const float t = (d * (float) sc) * cols[j].d[b];
                     acc = std::fma((float) isum, t, acc);
@@ -269,24 +279,33 @@ __attribute__((target("avx512f,avx512bw"))) inline void q4_factors512(const uint
     }
 }
 
-template <int NC>
+// Q5_K's fifth bit of sub-block s (bit s of its qh byte) moved to bit 4, with 16-bit shifts (the mask drops what
+// crosses from the neighbouring byte).
+__attribute__((target("avx512f,avx512bw"))) inline __m512i fifth512(__m512i qh, int s) {
+    const __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
+template <int NC, bool Q5>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void q4_avx512(const uint8_t * tile, int64_t nsb,
                                                                        const Column * cols, float (*out)[kTile]) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
+    constexpr size_t kBytes = Q5 ? kQ5Bytes : kQ4Bytes;
+    const __m512i    low    = _mm512_set1_epi8(0x0f);
     __m512        acc[NC];
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
+        const uint8_t * blk = tile + sb * kTile * kBytes;
         __m512 wsc[8], wmin[8];
         q4_factors512(blk, wsc, wmin);
         for (int s = 0; s < 8; ++s) {
-            prefetch_part(blk, kTile * kQ4Bytes, s);
+            prefetch_part(blk, kTile * kBytes, s);
             __m512i w[8];
 #    pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) {
                 const __m512i v = _mm512_loadu_si512(blk + q4::chunk(s / 2, c) * kTile);
                 w[c] = _mm512_and_si512(s & 1 ? _mm512_srli_epi16(v, 4) : v, low);
+                if (Q5) w[c] = _mm512_or_si512(w[c], fifth512(_mm512_loadu_si512(blk + q4::fifth_chunk(c) * kTile), s));
             }
             const int64_t b = sb * 8 + s;
 #    pragma GCC unroll 8
@@ -392,16 +411,22 @@ __attribute__((target("avx2"))) inline __m256 six256(__m256i l4, int lshift, __m
 
 // Both 256-bit paths compile from these templates with AVX-VNNI allowed; the AVX2 instances contain no
 // VNNI instruction (dot4<false> above; tests/test_native_kquant.py disassembles them to check).
-template <int NC, bool VNNI>
+__attribute__((target("avx2"))) inline __m256i fifth256(__m256i qh, int s) {
+    const __m256i v = s <= 4 ? _mm256_slli_epi16(qh, 4 - s) : _mm256_srli_epi16(qh, s - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+template <int NC, bool VNNI, bool Q5>
 __attribute__((target("avx2,fma,f16c,avxvnni"))) void q4_avx256(const uint8_t * tile, int64_t nsb, const Column * cols,
                                                                 float (*out)[kTile]) {
-    const __m256i low = _mm256_set1_epi8(0x0f);
+    constexpr size_t kBytes = Q5 ? kQ5Bytes : kQ4Bytes;
+    const __m256i    low    = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NC];
 #    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
+            const uint8_t * blk = tile + sb * kTile * kBytes;
             const __m256 d = halves8(blk + q4::kD * kTile + 16 * h), dmin = halves8(blk + q4::kDmin * kTile + 16 * h);
             __m256       wsc[8], wmin[8];
             for (int p = 0; p < 4; ++p) {
@@ -414,12 +439,16 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void q4_avx256(const uint8_t * 
                 wmin[2 * p + 1] = _mm256_mul_ps(dmin, six256(ml, 4, hb, 6));
             }
             for (int s = 0; s < 8; ++s) {
-                if (h == 0) prefetch_part(blk, kTile * kQ4Bytes, s);
+                if (h == 0) prefetch_part(blk, kTile * kBytes, s);
                 __m256i w[8];
 #    pragma GCC unroll 8
                 for (int c = 0; c < 8; ++c) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *) (blk + q4::chunk(s / 2, c) * kTile + 32 * h));
                     w[c] = _mm256_and_si256(s & 1 ? _mm256_srli_epi16(v, 4) : v, low);
+                    if (Q5) {
+                        const __m256i qh = _mm256_loadu_si256((const __m256i *) (blk + q4::fifth_chunk(c) * kTile + 32 * h));
+                        w[c] = _mm256_or_si256(w[c], fifth256(qh, s));
+                    }
                 }
                 const int64_t b = sb * 8 + s;
 #    pragma GCC unroll 4
@@ -486,13 +515,21 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void q6_avx256(const uint8_t * 
 }
 
 constexpr int kStep512 = 8, kStep256 = 4;
-const TileFn kQ4Avx512[kStep512] = {q4_avx512<1>, q4_avx512<2>, q4_avx512<3>, q4_avx512<4>,
-                                    q4_avx512<5>, q4_avx512<6>, q4_avx512<7>, q4_avx512<8>};
+const TileFn kQ4Avx512[kStep512] = {q4_avx512<1, false>, q4_avx512<2, false>, q4_avx512<3, false>, q4_avx512<4, false>,
+                                    q4_avx512<5, false>, q4_avx512<6, false>, q4_avx512<7, false>, q4_avx512<8, false>};
+const TileFn kQ5Avx512[kStep512] = {q4_avx512<1, true>, q4_avx512<2, true>, q4_avx512<3, true>, q4_avx512<4, true>,
+                                    q4_avx512<5, true>, q4_avx512<6, true>, q4_avx512<7, true>, q4_avx512<8, true>};
 const TileFn kQ6Avx512[kStep512] = {q6_avx512<1>, q6_avx512<2>, q6_avx512<3>, q6_avx512<4>,
                                     q6_avx512<5>, q6_avx512<6>, q6_avx512<7>, q6_avx512<8>};
-const TileFn kQ4AvxVnni[kStep256] = {q4_avx256<1, true>, q4_avx256<2, true>, q4_avx256<3, true>, q4_avx256<4, true>};
+const TileFn kQ4AvxVnni[kStep256] = {q4_avx256<1, true, false>, q4_avx256<2, true, false>, q4_avx256<3, true, false>,
+                                     q4_avx256<4, true, false>};
+const TileFn kQ5AvxVnni[kStep256] = {q4_avx256<1, true, true>, q4_avx256<2, true, true>, q4_avx256<3, true, true>,
+                                     q4_avx256<4, true, true>};
 const TileFn kQ6AvxVnni[kStep256] = {q6_avx256<1, true>, q6_avx256<2, true>, q6_avx256<3, true>, q6_avx256<4, true>};
-const TileFn kQ4Avx2[kStep256] = {q4_avx256<1, false>, q4_avx256<2, false>, q4_avx256<3, false>, q4_avx256<4, false>};
+const TileFn kQ4Avx2[kStep256] = {q4_avx256<1, false, false>, q4_avx256<2, false, false>, q4_avx256<3, false, false>,
+                                  q4_avx256<4, false, false>};
+const TileFn kQ5Avx2[kStep256] = {q4_avx256<1, false, true>, q4_avx256<2, false, true>, q4_avx256<3, false, true>,
+                                  q4_avx256<4, false, true>};
 const TileFn kQ6Avx2[kStep256] = {q6_avx256<1, false>, q6_avx256<2, false>, q6_avx256<3, false>, q6_avx256<4, false>};
 #endif  // KQUANT_X86
 
@@ -531,14 +568,15 @@ KQUANT_DOTPROD inline void dot8(const int8x16_t * w, const int8_t * a, int32x4_t
     s1 = vdotq_laneq_s32(s1, w[7], a1, 3);
 }
 
-template <int NC>
+template <int NC, bool Q5>
 KQUANT_DOTPROD void q4_neon(const uint8_t * tile, int64_t nsb, const Column * cols, float (*out)[kTile]) {
-    const uint8x16_t low = vdupq_n_u8(0x0f);
+    constexpr size_t kBytes = Q5 ? kQ5Bytes : kQ4Bytes;
+    const uint8x16_t low = vdupq_n_u8(0x0f), bit4 = vdupq_n_u8(0x10);
     for (int quarter = 0; quarter < 4; ++quarter) {
         float32x4_t acc[NC];
         for (int j = 0; j < NC; ++j) acc[j] = vdupq_n_f32(0.0f);
         for (int64_t sb = 0; sb < nsb; ++sb) {
-            const uint8_t * blk = tile + sb * kTile * kQ4Bytes;
+            const uint8_t * blk = tile + sb * kTile * kBytes;
             const float32x4_t d    = halves4(blk + q4::kD * kTile + 8 * quarter);
             const float32x4_t dmin = halves4(blk + q4::kDmin * kTile + 8 * quarter);
             float32x4_t       wsc[8], wmin[8];
@@ -552,11 +590,16 @@ KQUANT_DOTPROD void q4_neon(const uint8_t * tile, int64_t nsb, const Column * co
                 wmin[2 * p + 1] = vmulq_f32(dmin, six_neon(ml, 4, hb, 6));
             }
             for (int s = 0; s < 8; ++s) {
-                if (quarter == 0) prefetch_part(blk, kTile * kQ4Bytes, s);
+                if (quarter == 0) prefetch_part(blk, kTile * kBytes, s);
                 int8x16_t w[8];
                 for (int c = 0; c < 8; ++c) {
                     const uint8x16_t v = vld1q_u8(blk + q4::chunk(s / 2, c) * kTile + 16 * quarter);
-                    w[c] = vreinterpretq_s8_u8(s & 1 ? vshrq_n_u8(v, 4) : vandq_u8(v, low));
+                    uint8x16_t       q = s & 1 ? vshrq_n_u8(v, 4) : vandq_u8(v, low);
+                    if (Q5) {  // bit s of the qh byte to bit 4
+                        const uint8x16_t qh = vld1q_u8(blk + q4::fifth_chunk(c) * kTile + 16 * quarter);
+                        q = vorrq_u8(q, vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t) (4 - s))), bit4));
+                    }
+                    w[c] = vreinterpretq_s8_u8(q);
                 }
                 const int64_t b = sb * 8 + s;
                 for (int j = 0; j < NC; ++j) {
@@ -608,7 +651,8 @@ KQUANT_DOTPROD void q6_neon(const uint8_t * tile, int64_t nsb, const Column * co
 }
 
 constexpr int kStepNeon = 4;
-const TileFn  kQ4Neon[kStepNeon] = {q4_neon<1>, q4_neon<2>, q4_neon<3>, q4_neon<4>};
+const TileFn  kQ4Neon[kStepNeon] = {q4_neon<1, false>, q4_neon<2, false>, q4_neon<3, false>, q4_neon<4, false>};
+const TileFn  kQ5Neon[kStepNeon] = {q4_neon<1, true>, q4_neon<2, true>, q4_neon<3, true>, q4_neon<4, true>};
 const TileFn  kQ6Neon[kStepNeon] = {q6_neon<1>, q6_neon<2>, q6_neon<3>, q6_neon<4>};
 #endif  // KQUANT_NEON
 
@@ -722,20 +766,24 @@ void kquant_gemm(int type, const void * packed, int64_t M, int64_t K, const void
                  float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     const int64_t nsb  = K / kSuper;
     const int     path = current();
-    const bool    q4k  = type == KQUANT_Q4_K;
+    const int     kind = type == KQUANT_Q4_K ? 0 : type == KQUANT_Q5_K ? 1 : 2;
     const TileFn * fns = nullptr;
     int            step = kTile;  // columns per pass; the scalar reference takes any number
 #ifdef KQUANT_X86
+    static const TileFn * const kAvx512[3] = {kQ4Avx512, kQ5Avx512, kQ6Avx512};
+    static const TileFn * const kAvxVnni[3] = {kQ4AvxVnni, kQ5AvxVnni, kQ6AvxVnni};
+    static const TileFn * const kAvx2[3] = {kQ4Avx2, kQ5Avx2, kQ6Avx2};
     if (path == KQUANT_PATH_AVX512_VNNI) {
-        fns = q4k ? kQ4Avx512 : kQ6Avx512, step = kStep512;
+        fns = kAvx512[kind], step = kStep512;
     } else if (path == KQUANT_PATH_AVX_VNNI) {
-        fns = q4k ? kQ4AvxVnni : kQ6AvxVnni, step = kStep256;
+        fns = kAvxVnni[kind], step = kStep256;
     } else if (path == KQUANT_PATH_AVX2) {
-        fns = q4k ? kQ4Avx2 : kQ6Avx2, step = kStep256;
+        fns = kAvx2[kind], step = kStep256;
     }
 #endif
 #ifdef KQUANT_NEON
-    if (path == KQUANT_PATH_NEON) fns = q4k ? kQ4Neon : kQ6Neon, step = kStepNeon;
+    static const TileFn * const kNeon[3] = {kQ4Neon, kQ5Neon, kQ6Neon};
+    if (path == KQUANT_PATH_NEON) fns = kNeon[kind], step = kStepNeon;
 #endif
     thread_local std::vector<uint8_t> rows, wide;
     Column cols[kTile];
@@ -753,7 +801,7 @@ void kquant_gemm(int type, const void * packed, int64_t M, int64_t K, const void
             if (fns) {
                 fns[nc - 1](tile, nsb, cols, out);
             } else {
-                (q4k ? q4_scalar : q6_scalar)(tile, R, nsb, cols, nc, out);
+                (kind == 0 ? q4_scalar<false> : kind == 1 ? q4_scalar<true> : q6_scalar)(tile, R, nsb, cols, nc, out);
             }
             for (int j = 0; j < nc; ++j) std::memcpy(dst + (j0 + j) * dst_stride + t0, out[j], R * sizeof(float));
         }

@@ -142,14 +142,15 @@ void kquant_row(int type, const uint8_t * row, int64_t K, std::vector<double> & 
     value.assign(K, 0.0), min.assign(K, 0.0);
     for (int64_t sb = 0; sb < K / 256; ++sb) {
         double * v = &value[sb * 256], * mn = &min[sb * 256];
-        if (type == KQUANT_Q4_K) {
-            const uint8_t * b = row + sb * 144, * s = b + 4;
+        if (type == KQUANT_Q4_K || type == KQUANT_Q5_K) {
+            const bool      q5 = type == KQUANT_Q5_K;
+            const uint8_t * b = row + sb * (q5 ? 176 : 144), * s = b + 4, * qs = b + (q5 ? 48 : 16);
             const double d = half_value(b), dmin = half_value(b + 2);
             for (int j = 0; j < 8; ++j) {
                 const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
                 const int m  = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
                 for (int l = 0; l < 32; ++l) {
-                    const int q = (b[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+                    const int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15) | (q5 ? (b[16 + l] >> j & 1) << 4 : 0);
                     v[32 * j + l] = d * sc * q, mn[32 * j + l] = -dmin * m;
                 }
             }
@@ -172,7 +173,7 @@ void check_kquant(std::mt19937 & rng, int type, const char * kind) {
     std::vector<uint8_t> blocks(M * row_bytes), packed(blocks.size());
     for (uint8_t & v : blocks) v = (uint8_t) rng();
     for (int64_t i = 0; i < M * K / 256; ++i) {  // f16 factors of realistic size: 2^-12 .. 2^-9 (exponents 3..6)
-        for (int f : type == KQUANT_Q4_K ? std::vector<int>{0, 2} : std::vector<int>{208}) {
+        for (int f : type == KQUANT_Q6_K ? std::vector<int>{208} : std::vector<int>{0, 2}) {
             blocks[i * (row_bytes / (K / 256)) + f + 1] = (uint8_t) (((3 + rng() % 4) << 2) | (rng() & 3));
         }
     }
@@ -347,6 +348,7 @@ int main() {
     check_attention(rng);
     check_mxfp4(rng);
     check_kquant(rng, KQUANT_Q4_K, "q4_k");
+    check_kquant(rng, KQUANT_Q5_K, "q5_k");
     check_kquant(rng, KQUANT_Q6_K, "q6_k");
     check_bf16(rng);
     check_bf16_prompts(rng);
