@@ -24,7 +24,7 @@ FEATURES = {
     "amx_int8": "AMX-INT8",
     "asimddp": "ARM dotprod",
 }
-KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL",
+KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL", "kquant": "ASSISTANT_KQUANT_KERNEL",
                     "attention": "ASSISTANT_ATTENTION"}
 
 
@@ -86,7 +86,8 @@ def kernel_paths(description: str) -> dict[str, str]:
 
 # The least a CPU needs for any fast path of ours, by weight type.
 FAST_PATH_NEEDS = {"mxfp4": "AVX2 and FMA on x86-64, the dot-product extension on ARM64",
-                   "bf16": "AVX2 and FMA on x86-64, NEON on ARM64"}
+                   "bf16": "AVX2 and FMA on x86-64, NEON on ARM64",
+                   "kquant": "AVX2, FMA and F16C on x86-64, the dot-product extension on ARM64"}
 
 
 HUGE_PAGES_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")

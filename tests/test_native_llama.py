@@ -42,8 +42,8 @@ def run_logits(model: Path, tokens: list[int], env: dict[str, str], tmp_path: Pa
     return np.load(out), json.loads(proc.stdout.splitlines()[-1])
 
 
-OURS = {"ASSISTANT_MXFP4_KERNEL": "auto", "ASSISTANT_BF16_KERNEL": "auto"}
-STOCK = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock"}
+OURS = {"ASSISTANT_MXFP4_KERNEL": "auto", "ASSISTANT_BF16_KERNEL": "auto", "ASSISTANT_KQUANT_KERNEL": "auto"}
+STOCK = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_KQUANT_KERNEL": "stock"}
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +57,11 @@ def test_switches_select_the_kernels(bench_gguf, prompt_tokens, tmp_path):
     _, ours = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], OURS, tmp_path)
     _, stock = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], STOCK, tmp_path)
     _, half = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], {"ASSISTANT_MXFP4_KERNEL": "stock",
-                                                                      "ASSISTANT_BF16_KERNEL": "scalar"}, tmp_path)
+                                                                      "ASSISTANT_BF16_KERNEL": "scalar",
+                                                                      "ASSISTANT_KQUANT_KERNEL": "stock"}, tmp_path)
     assert "stock" not in ours["kernels"]
-    assert stock["kernels"] == "mxfp4=stock bf16=stock attention=stock"  # no buffer of ours: no attention either
-    assert half["kernels"].startswith("mxfp4=stock bf16=scalar attention=")
+    assert stock["kernels"] == "mxfp4=stock bf16=stock kquant=stock attention=stock"  # no buffer of ours: no attention either
+    assert half["kernels"].startswith("mxfp4=stock bf16=scalar kquant=stock attention=")
     assert "attention=stock" not in half["kernels"]
 
 
@@ -268,7 +269,7 @@ def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
     nehalem = ["qemu-x86_64", "-cpu", "Nehalem", *assistant]
     doctor = subprocess.run([*nehalem, "doctor"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "CPU variant            sse42 (libggml-cpu-sse42.so" in doctor.stdout, doctor.stdout + doctor.stderr[-2000:]
-    assert "our kernels            mxfp4=stock bf16=stock attention=stock (not in use)" in doctor.stdout
+    assert "our kernels            mxfp4=stock bf16=stock kquant=stock attention=stock (not in use)" in doctor.stdout
     generate = ["generate", "def fibonacci(n):", "-n", "12", "--raw"]
     there = subprocess.run([*nehalem, *generate], cwd=REPO, capture_output=True, text=True, timeout=600)
     here = subprocess.run([*assistant, *generate], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -17,7 +17,7 @@ from assistant.engine.backend import kernel_description
 from assistant.engine.gguf_header import read_header
 
 # weight type (gguf's name) -> the kernel family that must be ours for it
-WEIGHT_KERNELS = {"BF16": "bf16", "MXFP4": "mxfp4"}
+WEIGHT_KERNELS = {"BF16": "bf16", "MXFP4": "mxfp4", "Q4_K": "kquant", "Q5_K": "kquant", "Q6_K": "kquant"}
 BLOCK = 32  # our kernels take rows of whole 32-value blocks
 
 

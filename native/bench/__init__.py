@@ -18,13 +18,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NS = (1, 2, 4, 8, 16)
-KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock")
+KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock",
+           "q4_k-ours", "q4_k-repack", "q4_k-stock", "q5_k-ours", "q5_k-stock", "q6_k-ours", "q6_k-stock")
 LABELS = {
     "mxfp4-ours": "MXFP4, ours (int8 dot products: AVX2, VNNI or AMX, by CPU)",
     "mxfp4-repack": "MXFP4, stock repack",
     "mxfp4-stock": "MXFP4, stock (no repack)",
     "bf16-ours": "BF16, ours",
     "bf16-stock": "BF16, stock",
+    "q4_k-ours": "Q4_K, ours",
+    "q4_k-repack": "Q4_K, stock repack",
+    "q4_k-stock": "Q4_K, stock (no repack)",
+    "q5_k-ours": "Q5_K, ours",
+    "q5_k-stock": "Q5_K, stock",
+    "q6_k-ours": "Q6_K, ours",
+    "q6_k-stock": "Q6_K, stock",
 }
 
 
@@ -114,13 +122,16 @@ def check_invariance(tool: Path, kernels=KERNELS) -> dict[str, dict]:
     return {r["kernel"]: {"batch_invariant": r["batch_invariant"], "max_abs_diff": r["max_abs_diff"]} for r in rows}
 
 
-def llama_bench(directory: Path, model: Path, threads: int, reps: int, env: dict[str, str]) -> dict[int, float]:
-    """llama-bench -p 1,2,4,8,16 -n 0: milliseconds per prompt batch of each size."""
-    cmd = [str(directory / "bin" / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, NS)), "-n", "0",
-           "-t", str(threads), "-r", str(reps), "-o", "json"]
+def llama_bench(directory: Path, model: Path, threads: int, reps: int, env: dict[str, str], prompts=NS,
+                generate: int = 0) -> dict:
+    """llama-bench -p 1,2,4,8,16 -n 0: milliseconds per prompt batch of each size; with ``generate`` also
+    "tg<n>": milliseconds per generated token over n tokens."""
+    cmd = [str(directory / "bin" / "llama-bench"), "-m", str(model), "-p", ",".join(map(str, prompts)),
+           "-n", str(generate), "-t", str(threads), "-r", str(reps), "-o", "json"]
     run_env = dict(os.environ, LD_LIBRARY_PATH=str(directory / "bin"), **env)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=run_env).stdout
-    return {row["n_prompt"]: row["avg_ns"] / 1e6 for row in json.loads(out)}
+    return {row["n_prompt"] if row["n_gen"] == 0 else f"tg{row['n_gen']}":
+            row["avg_ns"] / 1e6 / max(1, row["n_gen"]) for row in json.loads(out)}
 
 
 def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
@@ -128,7 +139,8 @@ def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
     wide as the measured peak's: avx2, neon) also BF16's batch of 16 as a share of that peak."""
     t = {(r["kernel"], r["n"]): r for r in run.results}
     out = {}
-    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock")):
+    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock"), ("q4_k", "q4_k-repack"), ("q5_k", "q5_k-stock"),
+                        ("q6_k", "q6_k-stock")):
         ours = f"{kind}-ours"
         if (ours, 1) not in t or (ours, 8) not in t:
             continue
@@ -140,6 +152,8 @@ def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
             # every bf16 weight is one multiply-add per column: 2 flops x (bytes / 2) x 16 columns
             flops = 2 * run.weight_bytes[ours] / 2 * 16
             out[kind]["n16_fraction_of_fma_peak"] = flops / t[(ours, 16)]["seconds"] / 1e9 / run.fma_peak_gflops
+        if (ours, 16) in t:
+            out[kind]["n16_over_n1"] = t[(ours, 16)]["seconds"] / t[(ours, 1)]["seconds"]
         if (stock, 1) in t and (stock, 8) in t:
             out[kind]["speedup_vs_stock_n1"] = t[(stock, 1)]["seconds"] / t[(ours, 1)]["seconds"]
             out[kind]["speedup_vs_stock_n8"] = t[(stock, 8)]["seconds"] / t[(ours, 8)]["seconds"]
@@ -188,6 +202,18 @@ def markdown(report: dict) -> str:
             v = s.get(kind, {}).get(key)
             cells.append("-" if v is None else (f"{v:.0%}" if "fraction" in key else f"{v:.2f}x"))
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
+    if any(kind in s for kind in ("q4_k", "q6_k")):  # issue 51's targets, N=1 against stock as llama.cpp runs it
+        lines += ["", "| figure | Q4_K | Q6_K | target (Q4_K / Q6_K) |", "|---|---|---|---|"]
+        for label, key, target in (("ours N=8 / ours N=1", "n8_over_n1", "<= 1.4 / <= 1.4"),
+                                   ("ours N=16 / ours N=1", "n16_over_n1", "<= 2 / -"),
+                                   ("speedup vs stock, N=1", "speedup_vs_stock_n1", ">= 1.5 / >= 1.0"),
+                                   ("speedup vs stock, N=8", "speedup_vs_stock_n8", "- / -"),
+                                   ("N=1 share of read bandwidth", "n1_fraction_of_bandwidth", "- / -")):
+            cells = []
+            for kind in ("q4_k", "q6_k"):
+                v = s.get(kind, {}).get(key)
+                cells.append("-" if v is None else (f"{v:.0%}" if "fraction" in key else f"{v:.2f}x"))
+            lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
     if report.get("invariance"):
         lines += ["", "Batch invariance (each column of N = 1, 3, 8, 16 at 1 and 2 threads bit-identical to that column "
                   "computed alone):", ""]
@@ -197,8 +223,19 @@ def markdown(report: dict) -> str:
     for name, table in report.get("llama_bench", {}).items():
         lines += ["", f"`llama-bench -p 1,2,4,8,16 -n 0 -t {report['threads']}` on {name} (ms per batch):", "",
                   "| kernels | " + " | ".join(f"N={n}" for n in NS) + " | N=8 / N=1 |", "|---" * (len(NS) + 2) + "|"]
+        ns = sorted(int(k) for k in next(iter(table.values())) if not str(k).startswith("tg"))
+        if ns != list(NS):  # the K-quant run: -p 1,4,8,16 -n 64
+            lines[-3:] = [f"`llama-bench -p {','.join(map(str, ns))} -n 64 -t {report['threads']}` on {name} (ms per "
+                          "batch; tg64: ms per generated token):", "",
+                          "| kernels | " + " | ".join(f"N={n}" for n in ns) + " | tg64 | N=8 / N=1 | N=16 / N=1 |",
+                          "|---" * (len(ns) + 4) + "|"]
         for setting, ms in table.items():
-            ms = {int(k): v for k, v in ms.items()}
+            gen = {k: v for k, v in ms.items() if str(k).startswith("tg")}
+            ms = {int(k): v for k, v in ms.items() if not str(k).startswith("tg")}
+            if ns != list(NS):
+                lines.append(f"| {setting} | " + " | ".join(f"{ms[n]:.1f}" for n in ns) + " | "
+                             + " ".join(f"{v:.1f}" for v in gen.values()) + f" | {ms[8] / ms[1]:.2f} | {ms[16] / ms[1]:.2f} |")
+                continue
             lines.append(f"| {setting} | " + " | ".join(f"{ms[n]:.1f}" for n in NS) + f" | {ms[8] / ms[1]:.2f} |")
     return "\n".join(lines) + "\n"
 

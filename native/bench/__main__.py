@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", default=",".join(bench.KERNELS), help="comma-separated subset of kernels")
     parser.add_argument("--llama-bench", action="store_true",
                         help="also run llama-bench on random ~1.1B Qwen2-shaped MXFP4 and BF16 models, kernels on/off")
+    parser.add_argument("--llama-bench-kquant", action="store_true",
+                        help="also run llama-bench -p 1,4,8,16 -n 64 on a random Qwen2.5-1.5B shape as Q4_K_M, "
+                             "K-quant kernels on/off")
     parser.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "assistant" / "bench-models")
     parser.add_argument("--out", type=Path, default=Path("bench-out") / "kernels",
                         help="directory for kernels.json, kernels.md, kernels.png")
@@ -55,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
                     ms = bench.llama_bench(directory, model, args.threads, 3, env)
                     table[setting] = {n: min(ms[n], table.get(setting, {}).get(n, float("inf"))) for n in ms}
             report["llama_bench"][f"{model.name}"] = table
+    if args.llama_bench_kquant:
+        report.setdefault("llama_bench", {})
+        source = models.random_qwen2(args.models_dir / f"{models.QWEN25_1_5B.name}.bf16.gguf", "bf16", models.QWEN25_1_5B)
+        model = models.quantized(source, "Q4_K_M", directory / "bin")
+        print(f"[bench] llama-bench on {model.name}", file=sys.stderr)
+        table = {}
+        for _ in range(2):
+            for setting, env in (("ours", {}), ("stock", {"ASSISTANT_KQUANT_KERNEL": "stock"})):
+                ms = bench.llama_bench(directory, model, args.threads, 3, env, prompts=(1, 4, 8, 16), generate=64)
+                table[setting] = {n: min(ms[n], table.get(setting, {}).get(n, float("inf"))) for n in ms}
+        report["llama_bench"][model.name] = table
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kernels.json").write_text(json.dumps(report, indent=2) + "\n")

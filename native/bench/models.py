@@ -30,6 +30,25 @@ class Shape:
         return f"qwen2-h{self.hidden}-l{self.layers}-f{self.intermediate}-v{self.vocab}"
 
 
+# Qwen2.5-1.5B's shape: its Q4_K_M file (ollama's default type) is the K-quant kernels' benchmark (issue 51).
+QWEN25_1_5B = Shape(hidden=1536, layers=28, intermediate=8960, heads=12, kv_heads=2, vocab=151936)
+
+
+def quantized(source: Path, file_type: str, bin_dir: Path) -> Path:
+    """``source`` re-quantized by our build's llama-quantize (e.g. "Q4_K_M": Q4_K matrices, Q6_K for the output
+    and some attn_v / ffn_down), beside it; made once."""
+    import subprocess
+
+    out = source.with_name(source.name.replace(".bf16.gguf", f".{file_type}.gguf"))
+    if out.exists():
+        return out
+    partial = out.with_suffix(".part")
+    subprocess.run([str(bin_dir / "llama-quantize"), str(source), str(partial), file_type], check=True,
+                   capture_output=True)
+    partial.rename(out)
+    return out
+
+
 def _bf16(rng, rows: int, cols: int) -> np.ndarray:
     return as_bf16_bits(rng.standard_normal((rows, cols), dtype=np.float32) * 0.02)
 

@@ -4,8 +4,9 @@
 //
 //   mulmat-bench --threads 2 --gb 1.1 --reps 5 --n 1,2,4,8,16 --kernels mxfp4-ours,mxfp4-repack,...
 //
-// Kernels: mxfp4-ours / bf16-ours (our CPU_ASSISTANT buffer), mxfp4-repack (stock CPU_REPACK buffer),
-// mxfp4-stock / bf16-stock (plain CPU buffer: the stock kernels without repacking).
+// Kernels: mxfp4-ours / bf16-ours / q4_k-ours / q5_k-ours / q6_k-ours (our CPU_ASSISTANT buffer), mxfp4-repack / q4_k-repack
+// (stock CPU_REPACK buffer), mxfp4-stock / bf16-stock / q4_k-stock / q5_k-stock / q6_k-stock (plain CPU buffer:
+// the stock kernels without repacking; what llama.cpp runs for Q5_K and Q6_K on x86, which it does not repack).
 // Weight sets are model-shaped: 2048x5632 and 5632x2048 matrices, repeated until the set exceeds --gb.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -81,6 +82,11 @@ std::vector<uint8_t> random_weights(ggml_type type, int64_t K, int64_t M, std::m
     for (auto & b : data) b = (uint8_t) rng();
     if (type == GGML_TYPE_MXFP4) {
         for (size_t i = 0; i < data.size(); i += 17) data[i] = (uint8_t) (120 + rng() % 8);  // E8M0 exponents
+    } else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K) {  // f16 factors ~2^-8
+        const size_t block = ggml_type_size(type);
+        for (size_t i = 0; i < data.size(); i += block) {
+            for (size_t f : type == GGML_TYPE_Q6_K ? std::vector<size_t>{209} : std::vector<size_t>{1, 3}) data[i + f] = 0x1c;
+        }
     } else {
         for (size_t i = 1; i < data.size(); i += 2) data[i] = (uint8_t) (0x3c + rng() % 2);  // bf16 |x| < 1
     }
@@ -96,7 +102,11 @@ struct WeightSet {
 };
 
 bool make_set(WeightSet & set, const std::string & kernel, double gb, std::mt19937 & rng) {
-    const ggml_type   type = kernel.rfind("mxfp4", 0) == 0 ? GGML_TYPE_MXFP4 : GGML_TYPE_BF16;
+    const ggml_type   type = kernel.rfind("mxfp4", 0) == 0 ? GGML_TYPE_MXFP4
+                             : kernel.rfind("q4_k", 0) == 0  ? GGML_TYPE_Q4_K
+                             : kernel.rfind("q5_k", 0) == 0  ? GGML_TYPE_Q5_K
+                             : kernel.rfind("q6_k", 0) == 0  ? GGML_TYPE_Q6_K
+                                                             : GGML_TYPE_BF16;
     const char *      buft_name = kernel.find("ours") != std::string::npos     ? "CPU_ASSISTANT"
                                   : kernel.find("repack") != std::string::npos ? "CPU_REPACK"
                                                                                : "CPU";

@@ -1,9 +1,9 @@
 // The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
 // paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
-// mxfp4-gemm.h and bf16-gemm.h; MUL_MAT on them then runs our kernels for every batch size, since the
+// mxfp4-gemm.h, bf16-gemm.h and kquant-gemm.h (Q4_K, Q5_K, Q6_K); MUL_MAT on them then runs our kernels for every batch size, since the
 // stock kernels cannot read those layouts.
 //
-// ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
+// ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL / ASSISTANT_KQUANT_KERNEL, read once at start-up:
 //   unset or "auto"   our kernel on its best instruction path for this CPU; where that would be the scalar
 //                     reference (no fast path here), our buffer type does not claim the weight type and
 //                     llama.cpp's stock kernel runs, so we are never slower than stock
@@ -13,7 +13,8 @@
 //                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
-//                     "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
+//                     "avx512", else "avx2"), "neon"; K-quants (Q4_K, Q5_K and Q6_K together) "scalar", "avx2",
+//                     "avx-vnni", "avx512-vnni", "neon". A path this CPU cannot run is refused, never run.
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
 //                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
@@ -21,6 +22,7 @@
 
 #include "attention.h"
 #include "bf16-gemm.h"
+#include "kquant-gemm.h"
 #include "mxfp4-gemm.h"
 
 #include "ggml-backend-impl.h"
@@ -46,6 +48,7 @@ namespace {
 struct Settings {
     bool        mxfp4     = true;
     bool        bf16      = true;
+    bool        kquant    = true;
     bool        attention = true;
     std::string description;
 
@@ -58,13 +61,18 @@ struct Settings {
                        {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
                         {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}},
                        bf16_set_path, BF16_PATH_SCALAR);
+        kquant = choose("ASSISTANT_KQUANT_KERNEL",
+                        {{"scalar", KQUANT_PATH_SCALAR}, {"avx2", KQUANT_PATH_AVX2}, {"avx-vnni", KQUANT_PATH_AVX_VNNI},
+                         {"avx512-vnni", KQUANT_PATH_AVX512_VNNI}, {"neon", KQUANT_PATH_NEON}},
+                        kquant_set_path, KQUANT_PATH_SCALAR);
         // the scalar attention is still ours: its bits must not depend on the batch on any CPU
         attention = choose("ASSISTANT_ATTENTION",
                            {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
                            attention_set_path, -1) &&
-                    (mxfp4 || bf16);  // our buffer type, which claims the attention, exists only with one of them
+                    (mxfp4 || bf16 || kquant);  // our buffer type, which claims the attention, exists only with one of them
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock") +
+                      " kquant=" + (kquant ? kquant_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
     }
 
@@ -97,11 +105,15 @@ const Settings & settings() {
     return s;
 }
 
+bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K; }
+
 bool handles_type(ggml_type type) {
-    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16);
+    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16) ||
+           (is_kquant(type) && settings().kquant);
 }
 
-// A weight we can hold: a 2-D MXFP4 or BF16 matrix whose rows are whole blocks of 32.
+// A weight we can hold: a 2-D matrix of one of our types whose rows are whole blocks of 32 (K-quant rows are
+// whole 256-value super-blocks by construction).
 bool is_our_weight(const ggml_tensor * t) {
     return handles_type(t->type) && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
 }
@@ -109,8 +121,13 @@ bool is_our_weight(const ggml_tensor * t) {
 int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
 
 size_t column_bytes(ggml_type type, int64_t K) {
+    if (is_kquant(type)) return kquant_act_bytes(K);
     return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : bf16_act_bytes(K);
 }
+
+// The K-quant kernels take ggml's type numbers (kquant-gemm.h numbers them the same).
+static_assert(KQUANT_Q4_K == GGML_TYPE_Q4_K && KQUANT_Q5_K == GGML_TYPE_Q5_K && KQUANT_Q6_K == GGML_TYPE_Q6_K,
+              "kquant-gemm.h's type numbers");
 
 class MatmulTraits : public ggml::cpu::tensor_traits {
     bool work_size(int /*n_threads*/, const ggml_tensor * op, size_t & size) override {
@@ -135,6 +152,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
             const float * col = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
             if (w->type == GGML_TYPE_MXFP4) {
                 mxfp4_quantize_act(col, act + c * stride, K);
+            } else if (is_kquant(w->type)) {
+                kquant_quantize_act(col, act + c * stride, K);
             } else {
                 bf16_convert_act(col, act + c * stride, K);
             }
@@ -148,6 +167,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
         float * dst = (float *) op->data;
         if (w->type == GGML_TYPE_MXFP4) {
             mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else if (is_kquant(w->type)) {
+            kquant_gemm(w->type, w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else {
             bf16_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         }
@@ -261,6 +282,8 @@ void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels repack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_pack(data, t->data, t->ne[1], t->ne[0]);
+    } else if (is_kquant(t->type)) {
+        kquant_pack(t->type, data, t->data, t->ne[1], t->ne[0]);
     } else {
         bf16_pack((const uint16_t *) data, t->data, t->ne[1], t->ne[0]);
     }
@@ -275,6 +298,8 @@ void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels unpack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_unpack(t->data, data, t->ne[1], t->ne[0]);
+    } else if (is_kquant(t->type)) {
+        kquant_unpack(t->type, t->data, data, t->ne[1], t->ne[0]);
     } else {
         bf16_unpack(t->data, (uint16_t *) data, t->ne[1], t->ne[0]);
     }
@@ -334,7 +359,7 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
 }  // namespace
 
 ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void) {
-    if (!settings().mxfp4 && !settings().bf16) return nullptr;
+    if (!settings().mxfp4 && !settings().bf16 && !settings().kquant) return nullptr;
     static ggml_backend_buffer_type buft = {
         /* .iface   = */ {
             /* .get_name       = */ buft_get_name,

@@ -6,6 +6,7 @@
 // Prints one line per check and ends with "N passed, M failed"; exits non-zero on any failure.
 #include "attention.h"
 #include "bf16-gemm.h"
+#include "kquant-gemm.h"
 #include "mxfp4-gemm.h"
 
 #include <cmath>
@@ -127,6 +128,86 @@ void check_mxfp4(std::mt19937 & rng) {
                                      {"neon", MXFP4_PATH_NEON}};
     check_kernel("mxfp4", paths, mxfp4_set_path, prepare, gemm, M, N, reference);
     std::printf("mxfp4 default path: %s\n", mxfp4_path_name());
+}
+
+double half_value(const uint8_t * p) {
+    const int h = p[0] | p[1] << 8, e = (h >> 10) & 31, m = h & 1023;
+    const double v = e == 0 ? std::ldexp((double) m, -24) : std::ldexp(1024.0 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+// One row's K-quant values from ggml's blocks, as (scaled value, min part) pairs, read from the file layout
+// (ggml-common.h) rather than from our packed one.
+void kquant_row(int type, const uint8_t * row, int64_t K, std::vector<double> & value, std::vector<double> & min) {
+    value.assign(K, 0.0), min.assign(K, 0.0);
+    for (int64_t sb = 0; sb < K / 256; ++sb) {
+        double * v = &value[sb * 256], * mn = &min[sb * 256];
+        if (type == KQUANT_Q4_K || type == KQUANT_Q5_K) {
+            const bool      q5 = type == KQUANT_Q5_K;
+            const uint8_t * b = row + sb * (q5 ? 176 : 144), * s = b + 4, * qs = b + (q5 ? 48 : 16);
+            const double d = half_value(b), dmin = half_value(b + 2);
+            for (int j = 0; j < 8; ++j) {
+                const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+                const int m  = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+                for (int l = 0; l < 32; ++l) {
+                    const int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15) | (q5 ? (b[16 + l] >> j & 1) << 4 : 0);
+                    v[32 * j + l] = d * sc * q, mn[32 * j + l] = -dmin * m;
+                }
+            }
+        } else {
+            const uint8_t * b = row + sb * 210;
+            const double d = half_value(b + 208);
+            for (int i = 0; i < 256; ++i) {
+                const int half = i / 128, l = i % 32, k = (i % 128) / 32;  // ql[64 half + 32 (k % 2) + l]
+                const int lo = (b[64 * half + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+                const int hi = (b[128 + 32 * half + l] >> (2 * k)) & 3;
+                v[i] = d * (int8_t) b[192 + i / 16] * ((lo | hi << 4) - 32);
+            }
+        }
+    }
+}
+
+void check_kquant(std::mt19937 & rng, int type, const char * kind) {
+    const int64_t M = 45, K = 1536, N = 9;
+    const size_t  row_bytes = kquant_row_bytes(type, K);
+    std::vector<uint8_t> blocks(M * row_bytes), packed(blocks.size());
+    for (uint8_t & v : blocks) v = (uint8_t) rng();
+    for (int64_t i = 0; i < M * K / 256; ++i) {  // f16 factors of realistic size: 2^-12 .. 2^-9 (exponents 3..6)
+        for (int f : type == KQUANT_Q6_K ? std::vector<int>{208} : std::vector<int>{0, 2}) {
+            blocks[i * (row_bytes / (K / 256)) + f + 1] = (uint8_t) (((3 + rng() % 4) << 2) | (rng() & 3));
+        }
+    }
+    kquant_pack(type, blocks.data(), packed.data(), M, K);
+    std::vector<uint8_t> back(blocks.size());
+    kquant_unpack(type, packed.data(), back.data(), M, K);
+    check(back == blocks, std::string(kind) + " pack round-trips bit for bit");
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = kquant_act_bytes(K);
+    std::vector<uint8_t>     act(N * stride);
+    auto prepare = [&] {
+        for (int64_t j = 0; j < N; ++j) kquant_quantize_act(&x[j * K], &act[j * stride], K);
+    };
+    auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        kquant_gemm(type, packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    prepare();
+    std::vector<double> reference(2 * M * N, 0.0), value, min;
+    for (int64_t r = 0; r < M; ++r) {
+        kquant_row(type, &blocks[r * row_bytes], K, value, min);
+        for (int64_t j = 0; j < N; ++j) {
+            const int8_t * q = (const int8_t *) &act[j * stride];
+            const float *  d = (const float *) (q + K);
+            for (int64_t k = 0; k < K; ++k) {
+                const double a = q[k] * (double) d[k / 32];
+                reference[j * M + r] += (value[k] + min[k]) * a;
+                reference[M * N + j * M + r] += std::fabs(value[k] * a) + std::fabs(min[k] * a);
+            }
+        }
+    }
+    const std::vector<Path> paths = {{"avx2", KQUANT_PATH_AVX2}, {"avx-vnni", KQUANT_PATH_AVX_VNNI},
+                                     {"avx512-vnni", KQUANT_PATH_AVX512_VNNI}, {"neon", KQUANT_PATH_NEON}};
+    check_kernel(kind, paths, kquant_set_path, prepare, gemm, M, N, reference);
+    std::printf("%s default path: %s\n", kind, kquant_path_name());
 }
 
 // A bf16 value as a double, for the float64 references.
@@ -266,6 +347,9 @@ int main() {
     std::mt19937 rng(7);
     check_attention(rng);
     check_mxfp4(rng);
+    check_kquant(rng, KQUANT_Q4_K, "q4_k");
+    check_kquant(rng, KQUANT_Q5_K, "q5_k");
+    check_kquant(rng, KQUANT_Q6_K, "q6_k");
     check_bf16(rng);
     check_bf16_prompts(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
