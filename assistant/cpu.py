@@ -24,7 +24,7 @@ FEATURES = {
     "amx_int8": "AMX-INT8",
     "asimddp": "ARM dotprod",
 }
-KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL",
+KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "q8": "ASSISTANT_Q8_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL",
                     "attention": "ASSISTANT_ATTENTION"}
 
 

@@ -127,7 +127,7 @@ def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf, kerne
     if kernels == "ours":
         found = splits_that_differ(path)
     else:
-        stock = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock"}
+        stock = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_Q8_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock"}
         code = f"import json; from tests.test_engine import splits_that_differ; print(json.dumps(splits_that_differ({path!r})))"
         done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                               env=dict(os.environ, **stock), capture_output=True, text=True, timeout=600)

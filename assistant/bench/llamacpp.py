@@ -28,7 +28,7 @@ DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
 DRAFT, NGRAM = "draft-simple", "ngram-simple"
 # What a user of plain llama.cpp runs: its own kernels, not the ones our native build adds.
-STOCK_KERNELS = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock"}
+STOCK_KERNELS = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_Q8_KERNEL": "stock"}
 
 
 @dataclass

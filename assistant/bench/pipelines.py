@@ -40,7 +40,7 @@ class PipelineSpec:
     @property
     def env(self) -> dict[str, str]:
         if self.kernel == "llama.cpp":  # what a user of plain llama.cpp runs: its kernels, its default context
-            return {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock",
+            return {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_Q8_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock",
                     "ASSISTANT_TARGET_MIN_BATCH": "1", "ASSISTANT_TARGET_FLASH_ATTENTION": "auto"}
         return {"ASSISTANT_MXFP4_KERNEL": "stock"} if self.kernel == "stock" else {}
 

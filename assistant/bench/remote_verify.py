@@ -19,7 +19,8 @@ import time
 
 TIMING_LINE = re.compile(r"^assistant-rpc-timing: graph_(?:re)?compute ([0-9.]+) ms (\d+) nodes$", re.MULTILINE)
 TIMINGS_VARIABLE = "ASSISTANT_RPC_TIMINGS"
-KERNELS = {"ours": {}, "stock": {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock"}}
+KERNELS = {"ours": {}, "stock": {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock",
+                             "ASSISTANT_Q8_KERNEL": "stock"}}
 SIZES = (1, 8)  # tokens verified: with the last accepted one, 2 and 9 rows
 PROMPT_TOKENS = 300
 

@@ -1,16 +1,17 @@
 // The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
 // paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
-// mxfp4-gemm.h and bf16-gemm.h; MUL_MAT on them then runs our kernels for every batch size, since the
-// stock kernels cannot read those layouts.
+// mxfp4-gemm.h, q8-gemm.h (Q8_0, Q4_0, Q4_1) and bf16-gemm.h; MUL_MAT on them then runs our kernels for
+// every batch size, since the stock kernels cannot read those layouts.
 //
-// ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
+// ASSISTANT_MXFP4_KERNEL / ASSISTANT_Q8_KERNEL / ASSISTANT_BF16_KERNEL, read once at start-up:
 //   unset or "auto"   our kernel on its best instruction path for this CPU; where that would be the scalar
 //                     reference (no fast path here), our buffer type does not claim the weight type and
 //                     llama.cpp's stock kernel runs, so we are never slower than stock
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
 //   a path name       force an instruction path: MXFP4 "scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"
 //                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX),
-//                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
+//                     "neon" (ARM64 with sdot); Q8 (Q8_0, Q4_0 and Q4_1 together) "scalar", "avx2",
+//                     "avx-vnni", "avx512-vnni", "neon"; BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
 //                     "avx512", else "avx2"), "neon". A path this CPU cannot run is refused, never run.
@@ -22,6 +23,7 @@
 #include "attention.h"
 #include "bf16-gemm.h"
 #include "mxfp4-gemm.h"
+#include "q8-gemm.h"
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu-impl.h"
@@ -45,6 +47,7 @@ namespace {
 
 struct Settings {
     bool        mxfp4     = true;
+    bool        q8        = true;
     bool        bf16      = true;
     bool        attention = true;
     std::string description;
@@ -54,6 +57,10 @@ struct Settings {
                        {{"scalar", MXFP4_PATH_SCALAR}, {"avx2", MXFP4_PATH_AVX2}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
                         {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX}, {"neon", MXFP4_PATH_NEON}},
                        mxfp4_set_path, MXFP4_PATH_SCALAR);
+        q8    = choose("ASSISTANT_Q8_KERNEL",
+                       {{"scalar", Q8_PATH_SCALAR}, {"avx2", Q8_PATH_AVX2}, {"avx-vnni", Q8_PATH_AVX_VNNI},
+                        {"avx512-vnni", Q8_PATH_AVX512_VNNI}, {"neon", Q8_PATH_NEON}},
+                       q8_set_path, Q8_PATH_SCALAR);
         bf16  = choose("ASSISTANT_BF16_KERNEL",
                        {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
                         {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}},
@@ -62,8 +69,9 @@ struct Settings {
         attention = choose("ASSISTANT_ATTENTION",
                            {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
                            attention_set_path, -1) &&
-                    (mxfp4 || bf16);  // our buffer type, which claims the attention, exists only with one of them
+                    (mxfp4 || q8 || bf16);  // our buffer type, which claims the attention, exists only with one of them
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
+                      " q8=" + (q8 ? q8_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
     }
@@ -97,11 +105,22 @@ const Settings & settings() {
     return s;
 }
 
-bool handles_type(ggml_type type) {
-    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16);
+// Our q8-gemm.h type for a ggml type, or -1.
+int q8_type_of(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q8_0: return Q8_TYPE_Q8_0;
+        case GGML_TYPE_Q4_0: return Q8_TYPE_Q4_0;
+        case GGML_TYPE_Q4_1: return Q8_TYPE_Q4_1;
+        default: return -1;
+    }
 }
 
-// A weight we can hold: a 2-D MXFP4 or BF16 matrix whose rows are whole blocks of 32.
+bool handles_type(ggml_type type) {
+    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (q8_type_of(type) >= 0 && settings().q8) ||
+           (type == GGML_TYPE_BF16 && settings().bf16);
+}
+
+// A weight we can hold: a 2-D MXFP4, Q8_0, Q4_0, Q4_1 or BF16 matrix whose rows are whole blocks of 32.
 bool is_our_weight(const ggml_tensor * t) {
     return handles_type(t->type) && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
 }
@@ -109,7 +128,8 @@ bool is_our_weight(const ggml_tensor * t) {
 int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
 
 size_t column_bytes(ggml_type type, int64_t K) {
-    return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : bf16_act_bytes(K);
+    if (type == GGML_TYPE_MXFP4) return mxfp4_act_bytes(K);
+    return q8_type_of(type) >= 0 ? q8_act_bytes(K) : bf16_act_bytes(K);
 }
 
 class MatmulTraits : public ggml::cpu::tensor_traits {
@@ -135,6 +155,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
             const float * col = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
             if (w->type == GGML_TYPE_MXFP4) {
                 mxfp4_quantize_act(col, act + c * stride, K);
+            } else if (q8_type_of(w->type) >= 0) {
+                q8_quantize_act(col, act + c * stride, K);
             } else {
                 bf16_convert_act(col, act + c * stride, K);
             }
@@ -148,6 +170,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
         float * dst = (float *) op->data;
         if (w->type == GGML_TYPE_MXFP4) {
             mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else if (q8_type_of(w->type) >= 0) {
+            q8_gemm(q8_type_of(w->type), w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else {
             bf16_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         }
@@ -261,6 +285,8 @@ void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels repack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_pack(data, t->data, t->ne[1], t->ne[0]);
+    } else if (q8_type_of(t->type) >= 0) {
+        q8_pack(q8_type_of(t->type), data, t->data, t->ne[1], t->ne[0]);
     } else {
         bf16_pack((const uint16_t *) data, t->data, t->ne[1], t->ne[0]);
     }
@@ -275,6 +301,8 @@ void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels unpack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_unpack(t->data, data, t->ne[1], t->ne[0]);
+    } else if (q8_type_of(t->type) >= 0) {
+        q8_unpack(q8_type_of(t->type), t->data, data, t->ne[1], t->ne[0]);
     } else {
         bf16_unpack(t->data, (uint16_t *) data, t->ne[1], t->ne[0]);
     }
@@ -334,7 +362,7 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
 }  // namespace
 
 ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void) {
-    if (!settings().mxfp4 && !settings().bf16) return nullptr;
+    if (!settings().mxfp4 && !settings().q8 && !settings().bf16) return nullptr;
     static ggml_backend_buffer_type buft = {
         /* .iface   = */ {
             /* .get_name       = */ buft_get_name,
