@@ -24,8 +24,11 @@ FEATURES = {
     "amx_int8": "AMX-INT8",
     "asimddp": "ARM dotprod",
 }
-KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL", "kquant": "ASSISTANT_KQUANT_KERNEL",
-                    "attention": "ASSISTANT_ATTENTION"}
+KERNEL_VARIABLES = {"mxfp4": "ASSISTANT_MXFP4_KERNEL", "q8": "ASSISTANT_Q8_KERNEL", "bf16": "ASSISTANT_BF16_KERNEL",
+                    "kquant": "ASSISTANT_KQUANT_KERNEL", "attention": "ASSISTANT_ATTENTION"}
+# every weight kernel of ours switched off, so llama.cpp's own run (our attention goes with them: it exists only
+# beside one of ours): what a user of plain llama.cpp runs, the baseline of every A/B
+STOCK_KERNELS = {variable: "stock" for kind, variable in KERNEL_VARIABLES.items() if kind != "attention"}
 
 
 def cpuinfo_records(path: Path = Path("/proc/cpuinfo")) -> list[dict[str, str]]:

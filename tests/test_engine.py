@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from assistant.cpu import STOCK_KERNELS
 from assistant.engine import Context, Model, TextStream
 from assistant.engine.chat_template import apply_chat_template
 from assistant.engine.sequence import TokenSequence
@@ -127,7 +128,7 @@ def test_target_evaluates_token_by_token_exactly_as_in_batches(bench_gguf, kerne
     if kernels == "ours":
         found = splits_that_differ(path)
     else:
-        stock = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_KQUANT_KERNEL": "stock"}
+        stock = dict(STOCK_KERNELS)
         code = f"import json; from tests.test_engine import splits_that_differ; print(json.dumps(splits_that_differ({path!r})))"
         done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                               env=dict(os.environ, **stock), capture_output=True, text=True, timeout=600)

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [ROOT / "tests/native/kernel_check.cpp", ROOT / "native/src/mxfp4-gemm.cpp", ROOT / "native/src/bf16-gemm.cpp",
-           ROOT / "native/src/attention.cpp", ROOT / "native/src/kquant-gemm.cpp"]
+           ROOT / "native/src/q8-gemm.cpp", ROOT / "native/src/attention.cpp", ROOT / "native/src/kquant-gemm.cpp"]
 CROSS = "aarch64-linux-gnu-g++"
 QEMU = "qemu-aarch64"
 
@@ -60,6 +60,9 @@ def test_every_path_this_cpu_has_agrees_with_scalar(tmp_path):
         "q6_k avx-vnni": {"avx2", "fma", "f16c", "avx_vnni"} <= flags,
         "q6_k avx512-vnni": {"avx512f", "avx512bw", "avx512_vnni"} <= flags,
         "bf16 avx2": {"avx2", "fma"} <= flags,
+        **{f"{kind} {path}": has for kind in ("q8_0", "q4_0", "q4_1") for path, has in (
+            ("avx2", {"avx2", "fma", "f16c"} <= flags), ("avx-vnni", {"avx2", "fma", "f16c", "avx_vnni"} <= flags),
+            ("avx512-vnni", {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"} <= flags))},
         "bf16 avx512": "avx512f" in flags,
     }
     expected["attention avx2"] = {"avx2", "fma", "f16c"} <= flags
@@ -84,7 +87,7 @@ def arm64_check(tmp_path_factory) -> Path:
 def test_neon_paths_agree_with_scalar_under_qemu(arm64_check):
     """A CPU with the dot-product extension runs both NEON paths; each equals scalar bit for bit."""
     out = run([QEMU, "-cpu", "max", str(arm64_check)])
-    for kernel in ("mxfp4", "bf16", "q4_k", "q5_k", "q6_k"):
+    for kernel in ("mxfp4", "q8_0", "q4_0", "q4_1", "bf16", "q4_k", "q5_k", "q6_k"):
         assert f"ok   {kernel} neon equals scalar bit for bit" in out, out
         assert f"ok   {kernel} neon is batch invariant" in out, out
         assert f"{kernel} default path: neon" in out, out
@@ -93,8 +96,9 @@ def test_neon_paths_agree_with_scalar_under_qemu(arm64_check):
 
 @needs_cross
 def test_arm64_without_dotprod_keeps_mxfp4_on_scalar(arm64_check):
-    """A Cortex-A53 (ARMv8.0, no sdot) is refused the MXFP4 and K-quant NEON paths instead of faulting on them."""
+    """A Cortex-A53 (ARMv8.0, no sdot) is refused the MXFP4, Q8 and K-quant NEON paths instead of faulting on them."""
     out = run([QEMU, "-cpu", "cortex-a53", str(arm64_check)])
-    assert "skip mxfp4 neon: this CPU cannot run it" in out, out
-    assert "skip q4_k neon: this CPU cannot run it" in out and "q6_k default path: scalar" in out, out
-    assert "mxfp4 default path: scalar" in out and "bf16 default path: neon" in out, out
+    for kernel in ("mxfp4", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"):
+        assert f"skip {kernel} neon: this CPU cannot run it" in out, out
+        assert f"{kernel} default path: scalar" in out, out
+    assert "bf16 default path: neon" in out, out

@@ -18,6 +18,8 @@ import gguf
 import numpy as np
 import pytest
 
+from assistant.cpu import STOCK_KERNELS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -42,8 +44,8 @@ def run_logits(model: Path, tokens: list[int], env: dict[str, str], tmp_path: Pa
     return np.load(out), json.loads(proc.stdout.splitlines()[-1])
 
 
-OURS = {"ASSISTANT_MXFP4_KERNEL": "auto", "ASSISTANT_BF16_KERNEL": "auto", "ASSISTANT_KQUANT_KERNEL": "auto"}
-STOCK = {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_KQUANT_KERNEL": "stock"}
+OURS = {variable: "auto" for variable in STOCK_KERNELS}
+STOCK = dict(STOCK_KERNELS)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +58,11 @@ def prompt_tokens() -> list[int]:
 def test_switches_select_the_kernels(bench_gguf, prompt_tokens, tmp_path):
     _, ours = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], OURS, tmp_path)
     _, stock = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], STOCK, tmp_path)
-    _, half = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], {"ASSISTANT_MXFP4_KERNEL": "stock",
-                                                                      "ASSISTANT_BF16_KERNEL": "scalar",
-                                                                      "ASSISTANT_KQUANT_KERNEL": "stock"}, tmp_path)
+    _, half = run_logits(bench_gguf["target_bf16"], prompt_tokens[:4], {**STOCK_KERNELS, "ASSISTANT_BF16_KERNEL": "scalar"},
+                         tmp_path)
     assert "stock" not in ours["kernels"]
-    assert stock["kernels"] == "mxfp4=stock bf16=stock kquant=stock attention=stock"  # no buffer of ours: no attention either
-    assert half["kernels"].startswith("mxfp4=stock bf16=scalar kquant=stock attention=")
+    assert stock["kernels"] == "mxfp4=stock q8=stock bf16=stock kquant=stock attention=stock"  # no buffer of ours: no attention either
+    assert half["kernels"].startswith("mxfp4=stock q8=stock bf16=scalar kquant=stock attention=")
     assert "attention=stock" not in half["kernels"]
 
 
@@ -111,8 +112,9 @@ def test_our_mul_mat_is_batch_invariant_in_ggml():
     directory = build.cache_root() / build.build_key()
     if not (directory / "build-info.json").exists():
         pytest.skip(f"no native build for the current sources ({directory}); run native/build.py")
-    result = bench.check_invariance(bench.mulmat_tool(directory), kernels=("mxfp4-ours", "bf16-ours"))
-    assert set(result) == {"mxfp4-ours", "bf16-ours"}
+    kernels = ("mxfp4-ours", "bf16-ours", "q8_0-ours", "q4_0-ours", "q4_1-ours")
+    result = bench.check_invariance(bench.mulmat_tool(directory), kernels=kernels)
+    assert set(result) == set(kernels)
     assert all(r["batch_invariant"] for r in result.values()), result
 
 
@@ -269,7 +271,7 @@ def test_the_same_build_runs_on_a_cpu_without_avx2(demo_set):
     nehalem = ["qemu-x86_64", "-cpu", "Nehalem", *assistant]
     doctor = subprocess.run([*nehalem, "doctor"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "CPU variant            sse42 (libggml-cpu-sse42.so" in doctor.stdout, doctor.stdout + doctor.stderr[-2000:]
-    assert "our kernels            mxfp4=stock bf16=stock kquant=stock attention=stock (not in use)" in doctor.stdout
+    assert "our kernels            mxfp4=stock q8=stock bf16=stock kquant=stock attention=stock (not in use)" in doctor.stdout
     generate = ["generate", "def fibonacci(n):", "-n", "12", "--raw"]
     there = subprocess.run([*nehalem, *generate], cwd=REPO, capture_output=True, text=True, timeout=600)
     here = subprocess.run([*assistant, *generate], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -364,3 +366,80 @@ def test_measured_kernel_choices_are_kept_for_the_machine(tmp_path):
         choices.write_text(text)
         assert bf16_path() == expected
         assert choices.read_text() == text
+
+
+# ---------------------------------------------------------------- Q8_0, Q4_0, Q4_1 (q8-gemm.h)
+
+Q8_KINDS = ("Q8_0", "Q4_0", "Q4_1")
+
+
+@pytest.fixture(scope="module")
+def q8_models(bench_gguf, tmp_path_factory) -> dict[str, Path]:
+    """The bench target quantized by our build's llama-quantize, every matrix of one type (--pure)."""
+    from native import build
+
+    directory = build.cache_root() / build.build_key()
+    quantize = directory / "bin" / "llama-quantize"
+    if not quantize.exists():
+        pytest.skip(f"no llama-quantize for the current sources ({directory}); run native/build.py")
+    out = tmp_path_factory.mktemp("q8-models")
+    models = {}
+    for kind in Q8_KINDS:
+        models[kind] = out / f"target.{kind}.gguf"
+        done = subprocess.run([str(quantize), "--pure", str(bench_gguf["target_bf16"]), str(models[kind]), kind],
+                              capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, LD_LIBRARY_PATH=str(directory / "bin")))
+        assert done.returncode == 0, done.stderr[-2000:]
+        types = {t.tensor_type.name for t in gguf.GGUFReader(models[kind]).tensors if len(t.shape) == 2}
+        assert types == {kind}, types
+    return models
+
+
+@pytest.mark.parametrize("kind", Q8_KINDS)
+def test_q8_types_run_ours_and_decode_one_row_a_step(q8_models, kind):
+    """Such a target has every matrix on our kernels, so the engine may decode it one row a step."""
+    from assistant.engine.batch_invariance import single_rows_match_batches
+
+    kernels = dict(part.split("=", 1) for part in _description().split())
+    assert kernels["q8"] != "stock"
+    assert single_rows_match_batches(q8_models[kind], kernels)
+    assert not single_rows_match_batches(q8_models[kind], dict(kernels, q8="stock"))
+
+
+@pytest.mark.parametrize("kind", Q8_KINDS)
+def test_q8_batch_equals_token_by_token(q8_models, prompt_tokens, tmp_path, kind):
+    """16 tokens verified as one batch give the bits of decoding them one at a time, and the greedy tokens
+    generated one at a time are the argmax of the batch that evaluates them all at once."""
+    model = q8_models[kind]
+    batch, info = run_logits(model, prompt_tokens[:16], OURS, tmp_path)
+    single, _ = run_logits(model, prompt_tokens[:16], OURS, tmp_path, single=True)
+    assert "q8=stock" not in info["kernels"]
+    assert np.array_equal(batch, single), np.abs(batch - single).max()
+    prompt = prompt_tokens[:8]
+    _, greedy = run_logits(model, prompt, OURS, tmp_path, greedy=16)
+    whole, _ = run_logits(model, prompt + greedy["greedy"], OURS, tmp_path)
+    assert whole[len(prompt) - 1:-1].argmax(axis=1).tolist() == greedy["greedy"]
+
+
+@pytest.mark.parametrize("kind", Q8_KINDS)
+def test_q8_logits_match_the_stock_kernels(q8_models, prompt_tokens, tmp_path, kind):
+    """Stock quantizes activations to q8_0 (f16 scales, Q4_1: q8_1), ours to int8 with f32 scales; the same
+    weights otherwise, so the logits agree to that rounding."""
+    ours, info = run_logits(q8_models[kind], prompt_tokens, OURS, tmp_path)
+    stock, stock_info = run_logits(q8_models[kind], prompt_tokens, STOCK, tmp_path)
+    assert "q8=stock" not in info["kernels"] and "q8=stock" in stock_info["kernels"]
+    spread = stock.std(axis=1, keepdims=True)
+    assert np.abs(ours - stock).max() / spread.min() < 0.1
+    assert np.median(np.abs(ours - stock) / spread) < 1e-2
+    assert (ours.argmax(axis=1) == stock.argmax(axis=1)).mean() >= 0.95
+
+
+@pytest.mark.parametrize("path", ["scalar", "avx2"])
+def test_q8_forced_paths_give_the_default_bits_in_llama(q8_models, prompt_tokens, tmp_path, path):
+    """The portable path and the AVX2 path (what a Zen 3 runs) inside llama.cpp: the default path's bits."""
+    for kind in Q8_KINDS:
+        default, _ = run_logits(q8_models[kind], prompt_tokens[:8], OURS, tmp_path)
+        forced, info = run_logits(q8_models[kind], prompt_tokens[:8], dict(OURS, ASSISTANT_Q8_KERNEL=path), tmp_path)
+        if f"q8={path}" not in info["kernels"]:
+            pytest.skip(f"this CPU does not run the {path} path")
+        assert np.array_equal(default, forced), kind

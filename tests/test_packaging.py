@@ -97,8 +97,8 @@ def test_the_bundle_chats_in_a_terminal(bundle, tmp_path):
 
 @pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="needs qemu-x86_64 (apt-get install qemu-user)")
 @pytest.mark.parametrize("cpu, variant, kernels", [
-    ("Haswell-v4", "haswell", "mxfp4=avx2 bf16=avx2 kquant=avx2 attention=avx2 (active)"),
-    ("Nehalem-v1", "sse42", "mxfp4=stock bf16=stock kquant=stock attention=stock (not in use)")])
+    ("Haswell-v4", "haswell", "mxfp4=avx2 q8=avx2 bf16=avx2 kquant=avx2 attention=avx2 (active)"),
+    ("Nehalem-v1", "sse42", "mxfp4=stock q8=stock bf16=stock kquant=stock attention=stock (not in use)")])
 @pytest.mark.timeout(20 * MINUTES)
 def test_the_bundle_runs_on_other_cpus(bundle, cpu, variant, kernels):
     """Whatever CPU built it: as an AVX2-only Haswell our AVX2 paths run; as a Nehalem (no AVX) llama.cpp's

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from assistant.cpu import STOCK_KERNELS
 from assistant.errors import AssistantError
 
 CHUNK = 16 << 20
@@ -106,7 +107,7 @@ def llama_bench(bin_dir: Path, model: Path, threads: int, env: dict[str, str]) -
     return {"batch_ms": batches, "decode_tokens_per_second": decode}
 
 
-STOCK = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_ATTENTION": "stock"}
+STOCK = {**STOCK_KERNELS, "ASSISTANT_ATTENTION": "stock"}
 
 
 def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, threads: int = 2, tokens: int = 16,

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from assistant import cpu
 from assistant.engine import backend
 from assistant.errors import AssistantError
 
@@ -28,7 +29,7 @@ DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
 DRAFT, NGRAM = "draft-simple", "ngram-simple"
 # What a user of plain llama.cpp runs: its own kernels, not the ones our native build adds.
-STOCK_KERNELS = {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_KQUANT_KERNEL": "stock"}
+STOCK_KERNELS = cpu.STOCK_KERNELS
 
 
 @dataclass

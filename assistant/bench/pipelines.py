@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from assistant.cpu import STOCK_KERNELS
+
 PAPER_LENGTH = 8
 NGRAM_LENGTH = 15  # a batch of 16, the target's flat verification on our kernels
 
@@ -40,7 +42,7 @@ class PipelineSpec:
     @property
     def env(self) -> dict[str, str]:
         if self.kernel == "llama.cpp":  # what a user of plain llama.cpp runs: its kernels, its default context
-            return {"ASSISTANT_MXFP4_KERNEL": "stock", "ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_KQUANT_KERNEL": "stock",
+            return {**STOCK_KERNELS,
                     "ASSISTANT_TARGET_MIN_BATCH": "1", "ASSISTANT_TARGET_FLASH_ATTENTION": "auto"}
         return {"ASSISTANT_MXFP4_KERNEL": "stock"} if self.kernel == "stock" else {}
 

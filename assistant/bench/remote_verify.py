@@ -17,10 +17,11 @@ import subprocess
 import tempfile
 import time
 
+from assistant.cpu import STOCK_KERNELS
+
 TIMING_LINE = re.compile(r"^assistant-rpc-timing: graph_(?:re)?compute ([0-9.]+) ms (\d+) nodes$", re.MULTILINE)
 TIMINGS_VARIABLE = "ASSISTANT_RPC_TIMINGS"
-KERNELS = {"ours": {}, "stock": {"ASSISTANT_BF16_KERNEL": "stock", "ASSISTANT_MXFP4_KERNEL": "stock",
-                                      "ASSISTANT_KQUANT_KERNEL": "stock"}}
+KERNELS = {"ours": {}, "stock": dict(STOCK_KERNELS)}
 SIZES = (1, 8)  # tokens verified: with the last accepted one, 2 and 9 rows
 PROMPT_TOKENS = 300
 

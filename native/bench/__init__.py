@@ -19,13 +19,26 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 NS = (1, 2, 4, 8, 16)
 KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock",
-           "q4_k-ours", "q4_k-repack", "q4_k-stock", "q5_k-ours", "q5_k-stock", "q6_k-ours", "q6_k-stock")
+           "q4_k-ours", "q4_k-repack", "q6_k-ours", "q6_k-stock")
+# Measured when --kernels names them, not in the default run, which would then hold over a dozen 1.1 GB sets at
+# once: Q5_K, stock's unrepacked Q4_K, and Q8_0 / Q4_0 / Q4_1 (q8-gemm.h) against what llama.cpp runs for them
+# (Q4_0 repacked on x86 AVX2 and ARM, the others plain).
+MORE_KERNELS = ("q4_k-stock", "q5_k-ours", "q5_k-stock",
+                "q8_0-ours", "q8_0-stock", "q4_0-ours", "q4_0-repack", "q4_0-stock", "q4_1-ours", "q4_1-stock")
+ALL_KERNELS = KERNELS + MORE_KERNELS
+# kind -> the stock kernels to compare ours with, the first one measured
+STOCK_OF = {"mxfp4": ("mxfp4-repack",), "bf16": ("bf16-stock",), "q8_0": ("q8_0-stock",),
+            "q4_0": ("q4_0-repack", "q4_0-stock"), "q4_1": ("q4_1-stock",), "q4_k": ("q4_k-repack", "q4_k-stock"),
+            "q5_k": ("q5_k-stock",), "q6_k": ("q6_k-stock",)}
 LABELS = {
     "mxfp4-ours": "MXFP4, ours (int8 dot products: AVX2, VNNI or AMX, by CPU)",
     "mxfp4-repack": "MXFP4, stock repack",
     "mxfp4-stock": "MXFP4, stock (no repack)",
     "bf16-ours": "BF16, ours",
     "bf16-stock": "BF16, stock",
+    "q8_0-ours": "Q8_0, ours", "q8_0-stock": "Q8_0, stock",
+    "q4_0-ours": "Q4_0, ours", "q4_0-repack": "Q4_0, stock repack", "q4_0-stock": "Q4_0, stock (no repack)",
+    "q4_1-ours": "Q4_1, ours", "q4_1-stock": "Q4_1, stock",
     "q4_k-ours": "Q4_K, ours",
     "q4_k-repack": "Q4_K, stock repack",
     "q4_k-stock": "Q4_K, stock (no repack)",
@@ -139,11 +152,11 @@ def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
     wide as the measured peak's: avx2, neon) also BF16's batch of 16 as a share of that peak."""
     t = {(r["kernel"], r["n"]): r for r in run.results}
     out = {}
-    for kind, stock in (("mxfp4", "mxfp4-repack"), ("bf16", "bf16-stock"), ("q4_k", "q4_k-repack"), ("q5_k", "q5_k-stock"),
-                        ("q6_k", "q6_k-stock")):
+    for kind, stocks in STOCK_OF.items():
         ours = f"{kind}-ours"
         if (ours, 1) not in t or (ours, 8) not in t:
             continue
+        stock = next((k for k in stocks if (k, 1) in t), stocks[0])
         out[kind] = {
             "n8_over_n1": t[(ours, 8)]["seconds"] / t[(ours, 1)]["seconds"],
             "n1_fraction_of_bandwidth": t[(ours, 1)]["gbps"] / run.bandwidth_gbps if run.bandwidth_gbps else None,
@@ -157,6 +170,8 @@ def summary(run: KernelRun, bf16_widens: bool = False) -> dict:
         if (stock, 1) in t and (stock, 8) in t:
             out[kind]["speedup_vs_stock_n1"] = t[(stock, 1)]["seconds"] / t[(ours, 1)]["seconds"]
             out[kind]["speedup_vs_stock_n8"] = t[(stock, 8)]["seconds"] / t[(ours, 8)]["seconds"]
+            if (ours, 16) in t and (stock, 16) in t:
+                out[kind]["speedup_vs_stock_n16"] = t[(stock, 16)]["seconds"] / t[(ours, 16)]["seconds"]
             out[kind]["stock"] = stock
     return out
 
@@ -188,20 +203,23 @@ def markdown(report: dict) -> str:
         cells = [f"{t[(kernel, n)]['seconds'] * 1e3:.0f} ms, {t[(kernel, n)]['gbps']:.1f}" if (kernel, n) in t else "-"
                  for n in NS]
         lines.append(f"| {LABELS.get(kernel, kernel)} | " + " | ".join(cells) + " |")
-    lines += ["", "| figure | MXFP4 | BF16 | target (MXFP4 / BF16) |", "|---|---|---|---|"]
     s = report["summary"]
+    extra = [kind for kind in ("q8_0", "q4_0", "q4_1") if kind in s]  # issue 51's types, where measured
+    lines += ["", "| figure | MXFP4 | BF16 | target (MXFP4 / BF16) |" + "".join(f" {k.upper()} |" for k in extra),
+              "|---|---|---|---|" + "---|" * len(extra)]
     targets = TARGETS.get(cpu.get("class"), TARGETS["default"])
     rows = [("ours N=8 / ours N=1", "n8_over_n1", targets[0]),
             ("speedup vs stock, N=1", "speedup_vs_stock_n1", targets[1]),
             ("speedup vs stock, N=8", "speedup_vs_stock_n8", targets[2]),
+            ("speedup vs stock, N=16", "speedup_vs_stock_n16", "-"),
             ("N=1 share of read bandwidth", "n1_fraction_of_bandwidth", targets[3]),
             ("N=16 share of the f32 FMA peak (BF16 widens to f32)", "n16_fraction_of_fma_peak", "-")]
     for label, key, target in rows:
         cells = []
-        for kind in ("mxfp4", "bf16"):
+        for kind in ("mxfp4", "bf16", *extra):
             v = s.get(kind, {}).get(key)
             cells.append("-" if v is None else (f"{v:.0%}" if "fraction" in key else f"{v:.2f}x"))
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |" + "".join(f" {c} |" for c in cells[2:]))
     if any(kind in s for kind in ("q4_k", "q6_k")):  # issue 51's targets, N=1 against stock as llama.cpp runs it
         lines += ["", "| figure | Q4_K | Q6_K | target (Q4_K / Q6_K) |", "|---|---|---|---|"]
         for label, key, target in (("ours N=8 / ours N=1", "n8_over_n1", "<= 1.4 / <= 1.4"),

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"threads": args.threads, "bandwidth_gbps": run.bandwidth_gbps, "read_best": run.read_best,
               "read_strategies": run.read_strategies, "fma_peak_gflops": run.fma_peak_gflops,
               "fma_bits": run.fma_bits, "weight_bytes": run.weight_bytes,
-              "results": sorted(run.results, key=lambda r: (bench.KERNELS.index(r["kernel"])
-                                                            if r["kernel"] in bench.KERNELS else 99, r["n"])),
+              "results": sorted(run.results, key=lambda r: (bench.ALL_KERNELS.index(r["kernel"])
+                                                            if r["kernel"] in bench.ALL_KERNELS else 99, r["n"])),
               "build": directory.name}
     this = cpu.this_cpu()
     report["cpu"] = {"model": this.model, "class": this.kind}

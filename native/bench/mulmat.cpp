@@ -4,8 +4,9 @@
 //
 //   mulmat-bench --threads 2 --gb 1.1 --reps 5 --n 1,2,4,8,16 --kernels mxfp4-ours,mxfp4-repack,...
 //
-// Kernels: mxfp4-ours / bf16-ours / q4_k-ours / q5_k-ours / q6_k-ours (our CPU_ASSISTANT buffer), mxfp4-repack / q4_k-repack
-// (stock CPU_REPACK buffer), mxfp4-stock / bf16-stock / q4_k-stock / q5_k-stock / q6_k-stock (plain CPU buffer:
+// Kernels: mxfp4-ours / bf16-ours / q8_0-ours / q4_0-ours / q4_1-ours / q4_k-ours / q5_k-ours / q6_k-ours (our
+// CPU_ASSISTANT buffer), mxfp4-repack / q4_0-repack / q4_k-repack (stock CPU_REPACK buffer), mxfp4-stock /
+// bf16-stock / q8_0-stock / q4_0-stock / q4_1-stock / q4_k-stock / q5_k-stock / q6_k-stock (plain CPU buffer:
 // the stock kernels without repacking; what llama.cpp runs for Q5_K and Q6_K on x86, which it does not repack).
 // Weight sets are model-shaped: 2048x5632 and 5632x2048 matrices, repeated until the set exceeds --gb.
 #include "ggml-alloc.h"
@@ -13,6 +14,7 @@
 #include "ggml.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -76,16 +78,33 @@ ggml_backend_buffer_type_t find_buft(const char * name) {
     return nullptr;
 }
 
-// Random weights of one matrix in ggml's own format (speed does not depend on the values).
+// The weight type a kernel name starts with ("q4_k-ours": ggml names it "q4_K").
+ggml_type weight_type(const std::string & kernel) {
+    for (ggml_type type : {GGML_TYPE_MXFP4, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K,
+                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+        std::string name = ggml_type_name(type);
+        for (char & c : name) c = (char) std::tolower((unsigned char) c);
+        if (kernel.rfind(name + "-", 0) == 0) return type;
+    }
+    return GGML_TYPE_BF16;
+}
+
+// Random weights of one matrix in ggml's own format (speed does not depend on the values, but f16 scales
+// are kept finite and normal, as a quantizer writes them).
 std::vector<uint8_t> random_weights(ggml_type type, int64_t K, int64_t M, std::mt19937 & rng) {
     std::vector<uint8_t> data(ggml_row_size(type, K) * M);
     for (auto & b : data) b = (uint8_t) rng();
+    const size_t block = ggml_type_size(type);
     if (type == GGML_TYPE_MXFP4) {
         for (size_t i = 0; i < data.size(); i += 17) data[i] = (uint8_t) (120 + rng() % 8);  // E8M0 exponents
     } else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K) {  // f16 factors ~2^-8
-        const size_t block = ggml_type_size(type);
         for (size_t i = 0; i < data.size(); i += block) {
             for (size_t f : type == GGML_TYPE_Q6_K ? std::vector<size_t>{209} : std::vector<size_t>{1, 3}) data[i + f] = 0x1c;
+        }
+    } else if (type != GGML_TYPE_BF16) {
+        for (size_t i = 0; i < data.size(); i += block) {
+            data[i + 1] = (uint8_t) (0x20 + rng() % 4);                                  // d ~ 2^-7
+            if (type == GGML_TYPE_Q4_1) data[i + 3] = (uint8_t) (0xa0 + rng() % 4);      // m ~ -2^-7 * 8
         }
     } else {
         for (size_t i = 1; i < data.size(); i += 2) data[i] = (uint8_t) (0x3c + rng() % 2);  // bf16 |x| < 1
@@ -102,11 +121,7 @@ struct WeightSet {
 };
 
 bool make_set(WeightSet & set, const std::string & kernel, double gb, std::mt19937 & rng) {
-    const ggml_type   type = kernel.rfind("mxfp4", 0) == 0 ? GGML_TYPE_MXFP4
-                             : kernel.rfind("q4_k", 0) == 0  ? GGML_TYPE_Q4_K
-                             : kernel.rfind("q5_k", 0) == 0  ? GGML_TYPE_Q5_K
-                             : kernel.rfind("q6_k", 0) == 0  ? GGML_TYPE_Q6_K
-                                                             : GGML_TYPE_BF16;
+    const ggml_type   type = weight_type(kernel);
     const char *      buft_name = kernel.find("ours") != std::string::npos     ? "CPU_ASSISTANT"
                                   : kernel.find("repack") != std::string::npos ? "CPU_REPACK"
                                                                                : "CPU";

@@ -1,16 +1,18 @@
 // The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
 // paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
-// mxfp4-gemm.h, bf16-gemm.h and kquant-gemm.h (Q4_K, Q5_K, Q6_K); MUL_MAT on them then runs our kernels for every batch size, since the
-// stock kernels cannot read those layouts.
+// mxfp4-gemm.h, q8-gemm.h (Q8_0, Q4_0, Q4_1), kquant-gemm.h (Q4_K, Q5_K, Q6_K) and bf16-gemm.h; MUL_MAT on them
+// then runs our kernels for every batch size, since the stock kernels cannot read those layouts.
 //
-// ASSISTANT_MXFP4_KERNEL / ASSISTANT_BF16_KERNEL / ASSISTANT_KQUANT_KERNEL, read once at start-up:
+// ASSISTANT_MXFP4_KERNEL / ASSISTANT_Q8_KERNEL / ASSISTANT_KQUANT_KERNEL / ASSISTANT_BF16_KERNEL, read once at
+// start-up:
 //   unset or "auto"   our kernel on its best instruction path for this CPU; where that would be the scalar
 //                     reference (no fast path here), our buffer type does not claim the weight type and
 //                     llama.cpp's stock kernel runs, so we are never slower than stock
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
 //   a path name       force an instruction path: MXFP4 "scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"
 //                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX),
-//                     "neon" (ARM64 with sdot); BF16 "scalar", "avx2", "avx512" (widen + FMA),
+//                     "neon" (ARM64 with sdot); Q8 (Q8_0, Q4_0 and Q4_1 together) "scalar", "avx2",
+//                     "avx-vnni", "avx512-vnni", "neon"; BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
 //                     "avx512", else "avx2"), "neon"; K-quants (Q4_K, Q5_K and Q6_K together) "scalar", "avx2",
@@ -24,6 +26,7 @@
 #include "bf16-gemm.h"
 #include "kquant-gemm.h"
 #include "mxfp4-gemm.h"
+#include "q8-gemm.h"
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu-impl.h"
@@ -47,6 +50,7 @@ namespace {
 
 struct Settings {
     bool        mxfp4     = true;
+    bool        q8        = true;
     bool        bf16      = true;
     bool        kquant    = true;
     bool        attention = true;
@@ -57,6 +61,10 @@ struct Settings {
                        {{"scalar", MXFP4_PATH_SCALAR}, {"avx2", MXFP4_PATH_AVX2}, {"avx-vnni", MXFP4_PATH_AVX_VNNI},
                         {"avx512-vnni", MXFP4_PATH_AVX512_VNNI}, {"amx", MXFP4_PATH_AMX}, {"neon", MXFP4_PATH_NEON}},
                        mxfp4_set_path, MXFP4_PATH_SCALAR);
+        q8    = choose("ASSISTANT_Q8_KERNEL",
+                       {{"scalar", Q8_PATH_SCALAR}, {"avx2", Q8_PATH_AVX2}, {"avx-vnni", Q8_PATH_AVX_VNNI},
+                        {"avx512-vnni", Q8_PATH_AVX512_VNNI}, {"neon", Q8_PATH_NEON}},
+                       q8_set_path, Q8_PATH_SCALAR);
         bf16  = choose("ASSISTANT_BF16_KERNEL",
                        {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
                         {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}},
@@ -69,8 +77,9 @@ struct Settings {
         attention = choose("ASSISTANT_ATTENTION",
                            {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
                            attention_set_path, -1) &&
-                    (mxfp4 || bf16 || kquant);  // our buffer type, which claims the attention, exists only with one of them
+                    (mxfp4 || q8 || kquant || bf16);  // our buffer type, which claims the attention, exists only with one of them
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
+                      " q8=" + (q8 ? q8_path_name() : "stock") +
                       " bf16=" + (bf16 ? bf16_path_name() : "stock") +
                       " kquant=" + (kquant ? kquant_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
@@ -105,11 +114,21 @@ const Settings & settings() {
     return s;
 }
 
+// Our q8-gemm.h type for a ggml type, or -1.
+int q8_type_of(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q8_0: return Q8_TYPE_Q8_0;
+        case GGML_TYPE_Q4_0: return Q8_TYPE_Q4_0;
+        case GGML_TYPE_Q4_1: return Q8_TYPE_Q4_1;
+        default: return -1;
+    }
+}
+
 bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K; }
 
 bool handles_type(ggml_type type) {
-    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (type == GGML_TYPE_BF16 && settings().bf16) ||
-           (is_kquant(type) && settings().kquant);
+    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (q8_type_of(type) >= 0 && settings().q8) ||
+           (is_kquant(type) && settings().kquant) || (type == GGML_TYPE_BF16 && settings().bf16);
 }
 
 // A weight we can hold: a 2-D matrix of one of our types whose rows are whole blocks of 32 (K-quant rows are
@@ -121,8 +140,9 @@ bool is_our_weight(const ggml_tensor * t) {
 int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
 
 size_t column_bytes(ggml_type type, int64_t K) {
+    if (type == GGML_TYPE_MXFP4) return mxfp4_act_bytes(K);
     if (is_kquant(type)) return kquant_act_bytes(K);
-    return type == GGML_TYPE_MXFP4 ? mxfp4_act_bytes(K) : bf16_act_bytes(K);
+    return q8_type_of(type) >= 0 ? q8_act_bytes(K) : bf16_act_bytes(K);
 }
 
 // The K-quant kernels take ggml's type numbers (kquant-gemm.h numbers them the same).
@@ -152,6 +172,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
             const float * col = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
             if (w->type == GGML_TYPE_MXFP4) {
                 mxfp4_quantize_act(col, act + c * stride, K);
+            } else if (q8_type_of(w->type) >= 0) {
+                q8_quantize_act(col, act + c * stride, K);
             } else if (is_kquant(w->type)) {
                 kquant_quantize_act(col, act + c * stride, K);
             } else {
@@ -167,6 +189,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
         float * dst = (float *) op->data;
         if (w->type == GGML_TYPE_MXFP4) {
             mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else if (q8_type_of(w->type) >= 0) {
+            q8_gemm(q8_type_of(w->type), w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else if (is_kquant(w->type)) {
             kquant_gemm(w->type, w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else {
@@ -282,6 +306,8 @@ void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor * t, const void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels repack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_pack(data, t->data, t->ne[1], t->ne[0]);
+    } else if (q8_type_of(t->type) >= 0) {
+        q8_pack(q8_type_of(t->type), data, t->data, t->ne[1], t->ne[0]);
     } else if (is_kquant(t->type)) {
         kquant_pack(t->type, data, t->data, t->ne[1], t->ne[0]);
     } else {
@@ -298,6 +324,8 @@ void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * t, void * data
     GGML_ASSERT(offset == 0 && size == ggml_nbytes(t) && "our kernels unpack whole tensors only");
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_unpack(t->data, data, t->ne[1], t->ne[0]);
+    } else if (q8_type_of(t->type) >= 0) {
+        q8_unpack(q8_type_of(t->type), t->data, data, t->ne[1], t->ne[0]);
     } else if (is_kquant(t->type)) {
         kquant_unpack(t->type, t->data, data, t->ne[1], t->ne[0]);
     } else {
@@ -359,7 +387,7 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
 }  // namespace
 
 ggml_backend_buffer_type_t ggml_backend_cpu_assistant_buffer_type(void) {
-    if (!settings().mxfp4 && !settings().bf16 && !settings().kquant) return nullptr;
+    if (!settings().mxfp4 && !settings().q8 && !settings().kquant && !settings().bf16) return nullptr;
     static ggml_backend_buffer_type buft = {
         /* .iface   = */ {
             /* .get_name       = */ buft_get_name,

@@ -8,6 +8,7 @@
 #include "bf16-gemm.h"
 #include "kquant-gemm.h"
 #include "mxfp4-gemm.h"
+#include "q8-gemm.h"
 
 #include <cmath>
 #include <cstdio>
@@ -130,7 +131,8 @@ void check_mxfp4(std::mt19937 & rng) {
     std::printf("mxfp4 default path: %s\n", mxfp4_path_name());
 }
 
-double half_value(const uint8_t * p) {
+// IEEE half -> double, for the float64 references.
+static double half_value(const uint8_t * p) {
     const int h = p[0] | p[1] << 8, e = (h >> 10) & 31, m = h & 1023;
     const double v = e == 0 ? std::ldexp((double) m, -24) : std::ldexp(1024.0 + m, e - 25);
     return h & 0x8000 ? -v : v;
@@ -208,6 +210,52 @@ void check_kquant(std::mt19937 & rng, int type, const char * kind) {
                                      {"avx512-vnni", KQUANT_PATH_AVX512_VNNI}, {"neon", KQUANT_PATH_NEON}};
     check_kernel(kind, paths, kquant_set_path, prepare, gemm, M, N, reference);
     std::printf("%s default path: %s\n", kind, kquant_path_name());
+// Q8_0, Q4_0 and Q4_1 rows in ggml's layout, against float64 arithmetic on the ggml blocks themselves.
+void check_q8(std::mt19937 & rng, int type, const char * kind) {
+    const int64_t M = 45, K = 2240, N = 9, nb = K / Q8_BLOCK;
+    const size_t  bb = q8_block_bytes(type);
+    std::vector<uint8_t> blocks(M * nb * bb), packed(blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = (uint8_t) rng();
+    for (int64_t i = 0; i < M * nb; ++i) {  // f16 d of either sign in [2^-8, 2^-5), Q4_1's m negative
+        uint8_t * blk = &blocks[i * bb];
+        blk[1] = (uint8_t) ((rng() % 2 ? 0x80 : 0) | (0x1c + rng() % 3));
+        if (type == Q8_TYPE_Q4_1) blk[3] = (uint8_t) (0xa8 + rng() % 8);
+    }
+    q8_pack(type, blocks.data(), packed.data(), M, K);
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = q8_act_bytes(K);
+    std::vector<uint8_t>     act(N * stride);
+    auto prepare = [&] {
+        for (int64_t j = 0; j < N; ++j) q8_quantize_act(&x[j * K], &act[j * stride], K);
+    };
+    auto gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        q8_gemm(type, packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    q8_set_path(1);
+    prepare();
+    std::vector<double> reference(2 * M * N, 0.0);
+    for (int64_t j = 0; j < N; ++j) {
+        const int8_t * q = (const int8_t *) &act[j * stride];
+        const float *  d = (const float *) (q + K);
+        for (int64_t r = 0; r < M; ++r) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t * blk = &blocks[(r * nb + b) * bb];
+                const double    dw = half_value(blk), mw = type == Q8_TYPE_Q4_1 ? half_value(blk + 2) : 0.0;
+                const uint8_t * qs = blk + (type == Q8_TYPE_Q4_1 ? 4 : 2);
+                for (int i = 0; i < 32; ++i) {
+                    const int    nibble = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+                    const double w  = type == Q8_TYPE_Q8_0 ? (int8_t) qs[i] * dw : type == Q8_TYPE_Q4_0 ? (nibble - 8) * dw : nibble * dw;
+                    const double a  = q[b * 32 + i] * (double) d[b];
+                    reference[j * M + r] += w * a + mw * a;
+                    reference[M * N + j * M + r] += std::fabs(w * a) + std::fabs(mw * a);
+                }
+            }
+        }
+    }
+    const std::vector<Path> paths = {{"avx2", Q8_PATH_AVX2}, {"avx-vnni", Q8_PATH_AVX_VNNI},
+                                     {"avx512-vnni", Q8_PATH_AVX512_VNNI}, {"neon", Q8_PATH_NEON}};
+    check_kernel(kind, paths, q8_set_path, prepare, gemm, M, N, reference);
+    std::printf("%s default path: %s\n", kind, q8_path_name());
 }
 
 // A bf16 value as a double, for the float64 references.
@@ -350,6 +398,9 @@ int main() {
     check_kquant(rng, KQUANT_Q4_K, "q4_k");
     check_kquant(rng, KQUANT_Q5_K, "q5_k");
     check_kquant(rng, KQUANT_Q6_K, "q6_k");
+    check_q8(rng, Q8_TYPE_Q8_0, "q8_0");
+    check_q8(rng, Q8_TYPE_Q4_0, "q4_0");
+    check_q8(rng, Q8_TYPE_Q4_1, "q4_1");
     check_bf16(rng);
     check_bf16_prompts(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
