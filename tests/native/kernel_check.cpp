@@ -210,6 +210,8 @@ void check_kquant(std::mt19937 & rng, int type, const char * kind) {
                                      {"avx512-vnni", KQUANT_PATH_AVX512_VNNI}, {"neon", KQUANT_PATH_NEON}};
     check_kernel(kind, paths, kquant_set_path, prepare, gemm, M, N, reference);
     std::printf("%s default path: %s\n", kind, kquant_path_name());
+}
+
 // Q8_0, Q4_0 and Q4_1 rows in ggml's layout, against float64 arithmetic on the ggml blocks themselves.
 void check_q8(std::mt19937 & rng, int type, const char * kind) {
     const int64_t M = 45, K = 2240, N = 9, nb = K / Q8_BLOCK;
