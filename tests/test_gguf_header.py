@@ -66,3 +66,14 @@ def test_damaged_headers_give_one_line_errors(bench_gguf, tmp_path):
         assert "\n" not in str(error.value)
     with pytest.raises(AssistantError, match="is a directory"):
         read_header(tmp_path)
+
+
+def test_long_arrays_leave_a_digest_that_tells_equal_vocabularies(bench_gguf):
+    """A target and its MXFP4 copy carry the same token list byte for byte (the chain then skips its per-token
+    comparison); the draft's differs from the target's where its tokenizer does."""
+    digests = {role: read_header(path).array_digests for role, path in bench_gguf.items()}
+    tokens = "tokenizer.ggml.tokens"
+    assert digests["target_bf16"][tokens] == digests["target_mxfp4"][tokens]
+    assert digests["draft_bf16"][tokens] == digests["draft_mxfp4"][tokens]
+    real = read_header(bundled_smollm2_gguf()).array_digests
+    assert real[tokens] != digests["target_bf16"][tokens]  # 49k SmolLM2 tokens, not the bench pair's 8k

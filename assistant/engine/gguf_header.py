@@ -8,6 +8,7 @@ keeps only scalars and short arrays (per-layer head counts), so it reads the hea
 from __future__ import annotations
 
 import functools
+import hashlib
 import mmap
 import struct
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Header:
     metadata: dict  # scalars and short arrays; longer arrays are absent
     tensors: tuple[TensorInfo, ...]
     data_offset: int
+    array_digests: dict  # key of a long array -> a digest of its bytes (equal arrays, equal digests)
 
     def value(self, key: str, default=None):
         return self.metadata.get(key, default)
@@ -65,6 +67,7 @@ class Header:
 class _Cursor:
     def __init__(self, buffer, path: Path):
         self.buffer, self.pos, self.path = buffer, 0, path
+        self.skipped = (0, 0)  # where the last long array stepped over lies
 
     def take(self, fmt: str):
         size = struct.calcsize("<" + fmt)
@@ -101,6 +104,7 @@ class _Cursor:
             item_kind, count = self.take("I"), self.take("Q")
             if count <= SHORT_ARRAY:
                 return [self.value(item_kind) for _ in range(count)]
+            start = self.pos
             if item_kind == _STRING:
                 self.skip_strings(count)
             elif item_kind in _FIXED:
@@ -108,6 +112,7 @@ class _Cursor:
             else:  # arrays of arrays: step over each
                 for _ in range(count):
                     self.value(item_kind)
+            self.skipped = (start, self.pos)
             return None
         raise AssistantError(f"{self.path}: GGUF metadata value of unknown type {kind}")
 
@@ -123,12 +128,15 @@ def _read(path: Path, size: int, mtime_ns: int) -> Header:
         if version < 2:
             raise AssistantError(f"{path}: GGUF version {version} is too old (llama.cpp reads 2 and later)")
         n_tensors, n_metadata = cursor.take("Q"), cursor.take("Q")
-        metadata = {}
+        metadata, digests = {}, {}
         for _ in range(n_metadata):
             key = cursor.string()
             value = cursor.value(cursor.take("I"))
             if value is not None:
                 metadata[key] = value
+            else:
+                start, end = cursor.skipped
+                digests[key] = hashlib.blake2b(buffer[start:end], digest_size=16).hexdigest()
         entries = []
         for _ in range(n_tensors):
             name = cursor.string()
@@ -146,7 +154,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> Header:
         if offset > data_size:
             raise AssistantError(f"{path}: truncated or damaged GGUF file (tensor {name} starts past its end)")
         tensors.append(TensorInfo(name, type_name, shape, by_offset[offset] - offset))
-    return Header(path, metadata, tuple(tensors), data_offset)
+    return Header(path, metadata, tuple(tensors), data_offset, digests)
 
 
 def read_header(path: str | Path) -> Header:
