@@ -87,8 +87,9 @@ def _probe_main(argv: list[str]) -> None:
     answer = pipeline.generate("def quicksort(items):", Sampling(), tokens)
     answer.finish()
     stats = answer.stats
-    print(json.dumps({"load_seconds": load, "new_tokens": stats.new_tokens,
-                      "decode_tokens_per_second": stats.new_tokens / max(stats.seconds - stats.prompt_seconds, 1e-9),
+    # the first new token comes with the prompt's evaluation: decoding is the tokens after it
+    decode = (stats.new_tokens - 1) / max(stats.seconds - stats.first_token_seconds, 1e-9)
+    print(json.dumps({"load_seconds": load, "new_tokens": stats.new_tokens, "decode_tokens_per_second": decode,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "n_ctx": pipeline.n_ctx}))
     pipeline.close()
@@ -129,14 +130,20 @@ def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, thr
         result[f"target_{state}"] = probe([target], tokens, threads)
     say("[bench] 7b: loading the target and its MXFP4 copy")
     result["chain"] = probe([target, copy], tokens, threads)
-    weights = read_header(target).weight_bytes
-    light = bandwidth_gbps * 1e9 / weights if bandwidth_gbps else None  # tokens/s if a token only read the weights
-    result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light
+    light = bandwidth_gbps * 1e9 / bytes_per_token(read_header(target)) if bandwidth_gbps else None
+    result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light  # reads only
     for role, path in (("target", target), ("mxfp4", copy)):
         for kernels, env in (("ours", {}), ("stock", STOCK)):
             say(f"[bench] 7b: llama-bench on the {role}, {kernels} kernels")
             result[f"llama_bench_{role}_{kernels}"] = llama_bench(bin_dir, path, threads, env)
     return result
+
+
+def bytes_per_token(header) -> int:
+    """What decoding one token reads: every weight but the embedding table, of which it reads one row (unless
+    the output projection is that table, tied)."""
+    tied = not any(t.name == "output.weight" for t in header.tensors)
+    return sum(t.nbytes for t in header.tensors if tied or t.name != "token_embd.weight")
 
 
 def summary(result: dict) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from assistant.errors import AssistantError
@@ -87,7 +88,6 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    import sys
     import time
 
     from assistant.bench import ceiling, charts, oracle, pipelines, report, runner, summary, workloads
@@ -167,7 +167,6 @@ def run(args) -> int:
 
 def _sampled(args, lengths: tuple[int, ...]) -> int:
     """`--temperature T,...`: sampled speed by temperature, top-p and draft length (assistant/bench/sampled.py)."""
-    import sys
 
     from assistant.bench import report, sampled, workloads
     from native import build
@@ -218,7 +217,6 @@ def _sampled(args, lengths: tuple[int, ...]) -> int:
 
 def _model_set(args, lengths: tuple[int, ...]) -> int:
     """`--set NAME` (or `--workload demo`): a registered model set against llama.cpp's programs."""
-    import sys
 
     from assistant import modelsets
     from assistant.bench import report, set_report, set_runner, workloads
@@ -299,7 +297,6 @@ def _remote(args) -> int:
 
 def _remote_verify(args) -> int:
     """`--remote-verify GGUF`: verifying 8 tokens against 1 on a remote target, by the server's clock."""
-    import sys
 
     from assistant.bench import remote_verify, report
 
@@ -320,7 +317,6 @@ def _side_bench(args, title: str, prompts: list[dict], measure, filename: str, r
                 default_tokens: int = 128) -> int:
     """A one-question benchmark on the default model set (the demo set on a fresh machine): run ``measure``,
     write its JSON with the machine beside it, print the geomean ratio it answers with."""
-    import sys
 
     from assistant.bench import report
     from assistant.demo import model_set_or_demo
@@ -385,7 +381,6 @@ def _charts(charts, record: dict, out: Path, key: str, log) -> None:
 def _kernel_bench(out: Path, threads: int, quick: bool, log) -> dict:
     """Run the kernel helper's benchmark in its own process and fold its JSON and Markdown in."""
     import subprocess
-    import sys
 
     directory = out / "kernel"
     root = Path(__file__).resolve().parents[2]
