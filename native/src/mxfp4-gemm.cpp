@@ -10,6 +10,8 @@
 // depend on how many other columns share the pass or which thread owns the tile.
 #include "mxfp4-gemm.h"
 
+#include "int8-activations.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -483,37 +485,6 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_avx512(const float * x
         bias[b] = -kOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     }
 }
-// The same steps as the scalar quantizer, 8 values at a time (vcvtps2dq rounds to nearest even).
-__attribute__((target("avx2,fma"))) void quantize_avx2(const float * x, int8_t * q, float * d, int32_t * bias,
-                                                       int64_t K) {
-    const __m256  sign  = _mm256_set1_ps(-0.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int64_t b = 0; b < K / kBlock; ++b) {
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-#    pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-            v[i] = _mm256_loadu_ps(x + b * kBlock + 8 * i);
-            m    = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float  scale = _mm_cvtss_f32(m4) / 127.0f;
-        const __m256 inv   = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-        __m256i      r[4];
-#    pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
-        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-        _mm256_storeu_si256((__m256i *) (q + b * kBlock), _mm256_permutevar8x32_epi32(packed, order));
-        const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
-        __m128i       sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
-        sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4e));
-        sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xb1));
-        d[b]    = scale;
-        bias[b] = -kOffset * _mm_cvtsi128_si32(sum4);
-    }
-}
 #endif  // MXFP4_X86
 
 #ifdef MXFP4_NEON
@@ -690,33 +661,19 @@ size_t mxfp4_act_bytes(int64_t K) {
 }
 
 void mxfp4_quantize_act(const float * x, void * act, int64_t K) {
-    const Column c = column(act, 0, 0, K);
+    const Column c    = column(act, 0, 0, K);
+    int32_t *    bias = (int32_t *) c.bias;
 #ifdef MXFP4_X86
     if (current() == MXFP4_PATH_AVX512_VNNI || current() == MXFP4_PATH_AMX) {
-        quantize_avx512(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
+        quantize_avx512(x, (int8_t *) c.q, (float *) c.d, bias, K);
         return;
     }
     if (current() != MXFP4_PATH_SCALAR) {
-        quantize_avx2(x, (int8_t *) c.q, (float *) c.d, (int32_t *) c.bias, K);
-        return;
-    }
+        int8_activations::quantize_avx2(x, (int8_t *) c.q, (float *) c.d, bias, K);
+    } else
 #endif
-    // Same float operations as the vector path (max, divide, reciprocal, multiply, round to nearest even).
-    for (int64_t b = 0; b < K / kBlock; ++b) {
-        const float * xb   = x + b * kBlock;
-        float         amax = 0.0f;
-        for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
-        const float scale = amax / 127.0f;
-        const float inv   = scale != 0.0f ? 1.0f / scale : 0.0f;
-        int32_t     sum   = 0;
-        for (int i = 0; i < kBlock; ++i) {
-            const int v = (int) std::nearbyint(xb[i] * inv);
-            ((int8_t *) c.q)[b * kBlock + i] = (int8_t) std::clamp(v, -127, 127);
-            sum += std::clamp(v, -127, 127);
-        }
-        ((float *) c.d)[b]      = scale;
-        ((int32_t *) c.bias)[b] = -kOffset * sum;
-    }
+        int8_activations::quantize_scalar(x, (int8_t *) c.q, (float *) c.d, bias, K);
+    for (int64_t b = 0; b < K / kBlock; ++b) bias[b] *= -kOffset;  // the sums, as the offset codes need them
 }
 
 void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
