@@ -107,6 +107,31 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
         assert plain.text == result.text
 
 
+def test_a_run_whose_output_was_cut_at_exit_is_made_again(tmp_path):
+    """llama.cpp's logger may lose a fast program's last lines at exit: a run without its timing lines is made
+    again (here a script that cuts them while its count of earlier runs is under a limit), and past ATTEMPTS
+    runs the error names the program."""
+    program = tmp_path / llamacpp.PROGRAM
+    program.write_text(f"""#!/bin/sh
+runs=$(cat {tmp_path}/runs 2>/dev/null || echo 0); echo $((runs + 1)) > {tmp_path}/runs
+printf '\\n\\nthe prompt and its answer\\n\\n'
+echo "I llama_model_loader: loaded" >&2
+[ "$runs" -lt "$(cat {tmp_path}/cut)" ] && exit 0
+echo "I encoded   12 tokens in    0.010 seconds, speed: 1200.0 t/s" >&2
+echo "I decoded    5 tokens in    0.050 seconds, speed: 100.0 t/s" >&2
+printf '0.01 I n_predict = 5\\n0.01 I n_drafted = 4\\n0.01 I n_accept  = 2\\n' >&2
+""")
+    program.chmod(0o755)
+    (tmp_path / "cut").write_text(str(llamacpp.ATTEMPTS - 1))
+    result = llamacpp.run(tmp_path, tmp_path / "t.gguf", tmp_path / "d.gguf", "the prompt", 5, 4, threads=1)
+    assert (result.text, result.new_tokens, result.drafted, result.accepted) == (" and its answer", 5, 4, 2)
+    assert (tmp_path / "runs").read_text().strip() == str(llamacpp.ATTEMPTS)
+    (tmp_path / "runs").unlink()
+    (tmp_path / "cut").write_text(str(llamacpp.ATTEMPTS))
+    with pytest.raises(AssistantError, match=f"{llamacpp.PROGRAM}: could not find its timing"):
+        llamacpp.run(tmp_path, tmp_path / "t.gguf", tmp_path / "d.gguf", "the prompt", 5, 4, threads=1)
+
+
 def test_every_worker_run_evaluates_its_whole_prompt(bench_gguf):
     """The warm-up runs the first prompt and consecutive prompts share the chat template's opening; a run that
     found them in the cache would skip work llama.cpp's program (a fresh process per prompt) always does."""

@@ -28,8 +28,17 @@ ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
 DRAFT, NGRAM = "draft-simple", "ngram-simple"
+# llama.cpp's logger writes from a thread of its own that the program does not wait for at exit (its log.cpp
+# leaks the logger on purpose, llama.cpp issue 22142), so a run on a small model, finishing fast on a busy
+# machine, can lose its last lines of stderr, the timings among them: such a run is made again, up to this
+# many times in all.
+ATTEMPTS = 3
 # What a user of plain llama.cpp runs: its own kernels, not the ones our native build adds.
 STOCK_KERNELS = cpu.STOCK_KERNELS
+
+
+class UnreadOutput(AssistantError):
+    """The program ran, but its output lacks the lines we read (cut short at its exit, see ATTEMPTS)."""
 
 
 @dataclass
@@ -88,8 +97,14 @@ def run(bin_dir: Path, target: Path, draft: Path | None, prompt: str, max_tokens
         spec_type: str = DRAFT, sampling: dict | None = None) -> SpeculativeRun:
     arguments = command(bin_dir, target, draft, prompt, max_tokens, draft_length, threads, n_ctx, spec_type, sampling)
     what = f"{target.name} + {draft.name}" if spec_type == DRAFT else f"{target.name} ({spec_type})"
-    stdout, stderr = run_program(bin_dir, arguments, env, timeout, what)
-    result = parse(stdout, stderr, prompt)
+    for attempt in range(1, ATTEMPTS + 1):
+        stdout, stderr = run_program(bin_dir, arguments, env, timeout, what)
+        try:
+            result = parse(stdout, stderr, prompt)
+            break
+        except UnreadOutput:
+            if attempt == ATTEMPTS:
+                raise
     result.command = shell_line(arguments, env)
     return result
 
@@ -144,7 +159,7 @@ def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:
     counters = {name: int(value) for name, value in COUNTER.findall(stderr)}
     if not encoded or not decoded or "n_drafted" not in counters:
         last = stderr.strip().splitlines()[-1] if stderr.strip() else "nothing on stderr"
-        raise AssistantError(f"{PROGRAM}: could not find its timing and acceptance lines in its output "
+        raise UnreadOutput(f"{PROGRAM}: could not find its timing and acceptance lines in its output "
                              f"(its last line: {last.strip()[:200]})")
     body = stdout[2:] if stdout.startswith("\n\n") else stdout
     if not body.startswith(prompt):

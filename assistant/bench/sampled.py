@@ -110,8 +110,8 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
                             row |= {"seconds": reply["seconds"], "new_tokens": reply["new_tokens"],
                                     "tokens": reply["tokens"], "levels": reply["levels"], "shapes": reply["shapes"]}
                         else:
-                            result, row["retried"] = _llama_cpp(bin_dir, levels[0][1], method, texts[index],
-                                                                max_tokens, threads, n_ctx, sampling)
+                            result = _llama_cpp(bin_dir, levels[0][1], method, texts[index], max_tokens, threads,
+                                                n_ctx, sampling)
                             row |= {"seconds": result.seconds, "new_tokens": result.new_tokens,
                                     "acceptance": result.accepted / result.drafted if result.drafted else 0.0,
                                     "command": result.command}
@@ -132,15 +132,10 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
 
 def _llama_cpp(bin_dir: Path, target: Path, method: dict, prompt: str, max_tokens: int, threads: int, n_ctx: int,
                sampling: dict):
-    """llama-speculative-simple once (stock kernels), again if its output could not be read (a long run should not
-    be lost to one such run; the row keeps the first error)."""
-    arguments = (bin_dir, target, method["draft"], prompt, max_tokens, method["length"], threads, n_ctx,
-                 dict(llamacpp.STOCK_KERNELS))
+    """llama-speculative-simple on one prompt at one setting, with its stock kernels."""
     spec_type = llamacpp.DRAFT if method["draft"] else llamacpp.NGRAM
-    try:
-        return llamacpp.run(*arguments, spec_type=spec_type, sampling=sampling), None
-    except AssistantError as error:
-        return llamacpp.run(*arguments, spec_type=spec_type, sampling=sampling), str(error)
+    return llamacpp.run(bin_dir, target, method["draft"], prompt, max_tokens, method["length"], threads, n_ctx,
+                        dict(llamacpp.STOCK_KERNELS), spec_type=spec_type, sampling=sampling)
 
 
 def _check_identity(rows: list[dict]) -> None:
