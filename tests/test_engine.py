@@ -183,6 +183,8 @@ def test_choices_made_in_the_graph_are_the_argmax_of_the_shared_vocabulary(targe
     with Context(target, n_ctx=256, choices_for=shared, **options) as chooser, \
             Context(target, n_ctx=256, **options) as plain:
         assert chooser.chooses and not plain.chooses
+        for context in (chooser, plain):  # every batch below then has the same size in both contexts
+            context.evaluate(TokenSequence(prompt), len(prompt) - 1)
         limited = 0
         for size in (1, 4, 9):
             sequence = TokenSequence(prompt + draft[:size])
