@@ -161,7 +161,9 @@ class Chain:
         produced = 0
         while produced < count:
             logits = context.evaluate(sequence, len(sequence) - 1)[0, : self.n_shared]
-            if context.last_batch > 1:  # caught up on tokens it missed while left out: a batch, not drafting
+            # caught up on tokens it missed while left out: a batch, not drafting; two are its last draft and the
+            # verifier's bonus token after a fully accepted draft, a cost of drafting the policy must see
+            if context.last_batch > 2:
                 caught_up = time.perf_counter()
                 self.record.batches.append(Batch(index, context.last_batch, caught_up - began))
                 began = caught_up

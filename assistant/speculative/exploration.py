@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from assistant.speculative.measurements import Rate
+
 EXPLORE_EVERY = 16  # target rounds between re-runs of a shape predicted as fast as the best (times r^3)
 EXPLORE_LIMIT = 2.0  # a shape predicted more than this many times slower than the best is not re-run
 CATCH_UP_BUDGET = 2.0  # target tokens' worth of time that levels re-joining a shape may spend catching up
@@ -40,6 +42,7 @@ SWITCH_MARGIN = 0.05  # leave the current shape for one whose levels must catch 
 UNTRIED_LIMIT = 4.0  # a shape with a pair never run is run once if predicted at most this many times slower
 PROBE_LIMIT = 1.5  # a shape with a pair no shape of this generation had runs once if at most this much slower
 FIRST_USE_SHARE = 0.5  # a never-run level may spend this share of the rest at the target alone catching up
+STAY_DECAY = 0.8  # the weight of a shape's earlier stays against its latest one
 
 
 class Explorer:
@@ -54,9 +57,33 @@ class Explorer:
         self.last_run: dict[tuple, int] = {}
         self.used: Counter = Counter()  # rounds per shape in this generation
         self.tried: set[tuple[int, int]] = set()  # (verifier, drafter) pairs that have run
+        self.stays: dict[tuple, Rate] = {}  # per shape, the target tokens of a stay chosen as the best
+        self.staying = None  # the shape of the stay under way (its consecutive rounds in this generation)
+        self.stay = 0  # and the target tokens it made
+        self.chosen_as_best = False  # whether the stay under way began as the best choice (not a measurement)
 
     def begin_generation(self) -> None:
+        self._end_stay()
         self.used.clear()
+
+    def produced(self, tokens: int) -> None:
+        """The last round's shape made ``tokens`` target tokens."""
+        self.stay += tokens
+
+    def _end_stay(self) -> None:
+        if self.chosen_as_best and self.stay:
+            self.stays.setdefault(self.staying, Rate(STAY_DECAY)).add(self.stay, 1.0)
+        self.staying, self.stay, self.chosen_as_best = None, 0, False
+
+    def horizon(self, shape, remaining: int | None) -> int | None:
+        """The target tokens a re-join made to run ``shape`` now is spread over: until the policy leaves the
+        shape again (the length of its measured stays) or the answer ends, whichever comes first. Switching
+        back and forth, as an n-gram match comes and goes, pays a level's re-join at every return."""
+        stays = self.stays.get(shape)
+        if stays is None or not stays.known:
+            return remaining
+        stay = max(1, round(stays.value()))
+        return stay if remaining is None else min(stay, remaining)
 
     def usable(self, behind: list[int], model, remaining: int | None = None) -> tuple:
         """The levels that may take part in this round: all but the never-run ones whose catch-up could not repay
@@ -77,16 +104,25 @@ class Explorer:
         prices their catching up; ``remaining``: the tokens the answer is expected to still run (None: unknown,
         catch-ups then weigh only against CATCH_UP_BUDGET)."""
         self.rounds += 1
-        shape = (usable or self.full) if predicted is None else self._choose(predicted, behind, model, remaining)
+        best = False
+        if predicted is None:
+            shape = usable or self.full
+        else:
+            shape, best = self._choose(predicted, behind, model, remaining)
+        if shape != self.staying:
+            self._end_stay()
+            self.staying, self.chosen_as_best = shape, best
         self.shape = shape
         self.last_run[shape] = self.rounds
         self.used[shape] += 1
         return shape
 
-    def _choose(self, predicted: dict[tuple, float], behind: list[int], model, remaining: int | None) -> tuple:
+    def _choose(self, predicted: dict[tuple, float], behind: list[int], model,
+                remaining: int | None) -> tuple[tuple, bool]:
         """The best shape over the rest of the answer, a shape due for re-measurement, or (to spare a catch-up)
-        the current one."""
-        catch_up = {shape: model.catch_up_seconds(shape, behind) for shape in predicted}
+        the current one; and whether it was chosen as the best (not to be measured)."""
+        parts = {shape: model.catch_up_parts(shape, behind) for shape in predicted}
+        catch_up = {shape: sum(parts[shape]) for shape in predicted}
         ranked = sorted(predicted, key=predicted.get)
         budget = CATCH_UP_BUDGET * model.alone_seconds(0)
         if remaining:
@@ -95,20 +131,22 @@ class Explorer:
         def in_step(shape) -> bool:
             return catch_up[shape] <= budget
 
-        def per_token(shape) -> float:  # over the rest of the answer, catching up included
-            return predicted[shape] + catch_up[shape] / remaining if remaining else predicted[shape]
+        def per_token(shape) -> float:  # catching up included: a re-join over the stay, a long one over the rest
+            rejoins, long = parts[shape]
+            stay = self.horizon(shape, remaining)
+            return predicted[shape] + (rejoins / stay if stay else 0.0) + (long / remaining if remaining else 0.0)
 
         for shape in ranked:
             if predicted[shape] > UNTRIED_LIMIT * predicted[ranked[0]]:
                 break
             if not self.tried.issuperset(zip(shape, shape[1:])) and in_step(shape):
-                return shape
+                return shape, False
         covered = {pair for shape in self.used for pair in zip(shape, shape[1:])}  # by this generation's shapes
         for shape in ranked:
             if predicted[shape] > PROBE_LIMIT * predicted[ranked[0]]:
                 break
             if not covered.issuperset(zip(shape, shape[1:])) and in_step(shape):
-                return shape
+                return shape, False
         best = min(ranked, key=per_token)
         if (not in_step(best) and self.shape in predicted
                 and per_token(best) > (1 - SWITCH_MARGIN) * per_token(self.shape)):
@@ -118,5 +156,5 @@ class Explorer:
             if ratio > EXPLORE_LIMIT:
                 break
             if self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3 and in_step(shape):
-                return shape
-        return best
+                return shape, False
+        return best, True

@@ -105,7 +105,9 @@ class AdaptivePolicy:
         return Plan(shape, lengths, rooms, stop_below)
 
     def record(self, record: RoundRecord) -> None:
-        self.produced += sum(batch.accepted + 1 for batch in record.batches if batch.level == 0)  # one per round
+        made = sum(batch.accepted + 1 for batch in record.batches if batch.level == 0)  # one batch per round
+        self.produced += made
+        self.explorer.produced(made)
         self.model.learn(record)
         self.explorer.tried.update((batch.level, batch.drafter) for batch in record.batches
                                    if batch.drafter is not None)

@@ -130,9 +130,26 @@ class CostModel:
 
     def catch_up_seconds(self, shape, behind: list[int]) -> float:
         """What the levels of ``shape`` spend evaluating the tokens they missed (a drafter's deferred prompt
-        included), each in one batch at its catch-up rate; a level with no rate yet (it evaluated no slice of a
-        prompt: the prompt was short) counts nothing."""
-        return sum(behind[level] * self.catch_up_rate(level) for level in shape[1:] if behind[level] > 1)
+        included), each in one batch: both parts of ``catch_up_parts``."""
+        return sum(self.catch_up_parts(shape, behind))
+
+    def catch_up_parts(self, shape, behind: list[int]) -> tuple[float, float]:
+        """The catch-ups of ``shape``'s levels as (re-joins, long ones). A level that missed no more than a
+        verification's worth of tokens (it sat out a few rounds) re-joins at the measured cost of a batch of
+        that size (a few tokens cost about what a verification does, far more than the same tokens of a long
+        batch), and will again whenever the policy returns to it; a longer one (a deferred prompt, a long
+        absence) is paid once, at the level's catch-up rate. A level with neither measurement (it evaluated no
+        slice of a prompt: the prompt was short) counts nothing."""
+        rejoins = long = 0.0
+        for level in shape[1:]:
+            missed = behind[level]
+            if missed <= 1:
+                continue
+            if missed <= self.max_length + 1 and self.cost[level].known:
+                rejoins += self.cost[level].seconds(missed)
+            else:
+                long += missed * self.catch_up_rate(level)
+        return rejoins, long
 
     def catch_up_rate(self, level: int) -> float:
         """Seconds per token of a long batch: the least of the level's measured catch-ups and of its batches'
