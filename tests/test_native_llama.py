@@ -368,9 +368,9 @@ def test_measured_kernel_choices_are_kept_for_the_machine(tmp_path):
         assert choices.read_text() == text
 
 
-# ---------------------------------------------------------------- Q8_0, Q4_0, Q4_1 (q8-gemm.h)
+# ---------------------------------------------------------------- Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (q8-gemm.h)
 
-Q8_KINDS = ("Q8_0", "Q4_0", "Q4_1")
+Q8_KINDS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Our Q8_0 / Q4_0 / Q4_1 kernel (native/src/q8-gemm.h), compiled on its own and checked against gguf-py.
+"""Our Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 kernel (native/src/q8-gemm.h), compiled on its own and checked against
+gguf-py.
 
 As in test_native_kernels.py: built with the system compiler for the baseline CPU (every faster path chosen at
 run time) and called through ctypes. The reference is gguf-py's ``dequantize`` of the same ggml blocks times
@@ -22,8 +23,9 @@ from gguf.quants import dequantize
 
 SRC = Path(__file__).resolve().parents[1] / "native" / "src"
 PATHS = {"scalar": 1, "avx2": 2, "avx-vnni": 3, "avx512-vnni": 4, "neon": 5}
-TYPES = {"Q8_0": 0, "Q4_0": 1, "Q4_1": 2}
-BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}
+TYPES = {"Q8_0": 0, "Q4_0": 1, "Q4_1": 2, "Q5_0": 3, "Q5_1": 4}
+BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24}
+WITH_MIN = ("Q4_1", "Q5_1")  # value = q * d + m
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
@@ -68,7 +70,7 @@ def random_blocks(rng, kind: str, M: int, K: int) -> np.ndarray:
     d = (rng.uniform(0.001, 0.05, size=(M, nb)) * rng.choice([-1, 1], size=(M, nb))).astype(np.float16)
     d[rng.random((M, nb)) < 0.05] = 0
     blocks[:, :, 0:2] = d.view(np.uint8).reshape(M, nb, 2)
-    if kind == "Q4_1":
+    if kind in WITH_MIN:
         m = (-rng.uniform(0.0, 0.4, size=(M, nb))).astype(np.float16)
         blocks[:, :, 2:4] = m.view(np.uint8).reshape(M, nb, 2)
     return blocks
@@ -102,8 +104,8 @@ class Packed:
         return dequantize(self.blocks.reshape(-1), GGMLQuantizationType[self.kind]).reshape(self.M, self.K).astype(np.float64)
 
     def magnitudes(self) -> np.ndarray:
-        """|q * d| + |m| per weight: the size of the terms our sums add (Q4_1's m term is summed apart)."""
-        if self.kind != "Q4_1":
+        """|q * d| + |m| per weight: the size of the terms our sums add (an m term is summed apart)."""
+        if self.kind not in WITH_MIN:
             return np.abs(self.weights())
         m = self.blocks[:, :, 2:4].copy().view(np.float16).astype(np.float64).reshape(self.M, -1)
         m = np.repeat(m, 32, axis=1)

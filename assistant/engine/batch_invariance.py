@@ -2,11 +2,13 @@
 
 Speculation verifies a draft's tokens in one batch; the target alone decodes one at a time. The answer is
 exactly the target's only if a token's logits have the same bits either way. Our kernels give that for every
-batch a verification uses: the matrix products of BF16, MXFP4, Q8_0, Q4_0 and Q4_1 weights (native/src/
-bf16-gemm.h, mxfp4-gemm.h, q8-gemm.h) and flash attention over an f16 cache (attention.h). llama.cpp's stock kernels do not: a one-row
-product and a lone query take other paths than a batch. So a model whose every weight and attention runs on
-ours decodes one row a step with flash attention; any other evaluates two rows a step with the plain attention
-graph, where stock llama.cpp agrees with itself (engine/context.py, ``min_batch``).
+batch a verification uses: the matrix products of BF16, MXFP4, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and K-quant
+weights (native/src/bf16-gemm.h, mxfp4-gemm.h, q8-gemm.h, kquant-gemm.h) and flash attention over an f16
+cache (attention.h). llama.cpp's stock kernels do not: a one-row product and a lone query take other paths
+than a batch. So a model whose every weight and attention runs on ours decodes one row a step with flash
+attention; any other evaluates two rows a step with the plain attention graph, where stock llama.cpp agrees
+with itself for the batches a verification uses (engine/context.py, ``min_batch``; a prompt-sized batch need
+not: notes/kernels.md).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from assistant.engine.backend import kernel_description
 from assistant.engine.gguf_header import read_header
 
 # weight type (gguf's name) -> the kernel family that must be ours for it
-WEIGHT_KERNELS = {"BF16": "bf16", "MXFP4": "mxfp4", "Q8_0": "q8", "Q4_0": "q8", "Q4_1": "q8", "Q4_K": "kquant",
-                  "Q5_K": "kquant", "Q6_K": "kquant"}
+WEIGHT_KERNELS = {"BF16": "bf16", "MXFP4": "mxfp4", "Q8_0": "q8", "Q4_0": "q8", "Q4_1": "q8", "Q5_0": "q8",
+                  "Q5_1": "q8", "Q4_K": "kquant", "Q5_K": "kquant", "Q6_K": "kquant"}
 BLOCK = 32  # our kernels take rows of whole 32-value blocks
 
 

@@ -21,14 +21,16 @@ NS = (1, 2, 4, 8, 16)
 KERNELS = ("mxfp4-ours", "mxfp4-repack", "mxfp4-stock", "bf16-ours", "bf16-stock",
            "q4_k-ours", "q4_k-repack", "q6_k-ours", "q6_k-stock")
 # Measured when --kernels names them, not in the default run, which would then hold over a dozen 1.1 GB sets at
-# once: Q5_K, stock's unrepacked Q4_K, and Q8_0 / Q4_0 / Q4_1 (q8-gemm.h) against what llama.cpp runs for them
-# (Q4_0 repacked on x86 AVX2 and ARM, the others plain).
+# once: Q5_K, stock's unrepacked Q4_K, and Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 (q8-gemm.h) against what llama.cpp
+# runs for them (Q4_0 repacked on x86 AVX2 and ARM, the others plain).
 MORE_KERNELS = ("q4_k-stock", "q5_k-ours", "q5_k-stock",
-                "q8_0-ours", "q8_0-stock", "q4_0-ours", "q4_0-repack", "q4_0-stock", "q4_1-ours", "q4_1-stock")
+                "q8_0-ours", "q8_0-stock", "q4_0-ours", "q4_0-repack", "q4_0-stock", "q4_1-ours", "q4_1-stock",
+                "q5_0-ours", "q5_0-stock", "q5_1-ours", "q5_1-stock")
 ALL_KERNELS = KERNELS + MORE_KERNELS
 # kind -> the stock kernels to compare ours with, the first one measured
 STOCK_OF = {"mxfp4": ("mxfp4-repack",), "bf16": ("bf16-stock",), "q8_0": ("q8_0-stock",),
-            "q4_0": ("q4_0-repack", "q4_0-stock"), "q4_1": ("q4_1-stock",), "q4_k": ("q4_k-repack", "q4_k-stock"),
+            "q4_0": ("q4_0-repack", "q4_0-stock"), "q4_1": ("q4_1-stock",), "q5_0": ("q5_0-stock",),
+            "q5_1": ("q5_1-stock",), "q4_k": ("q4_k-repack", "q4_k-stock"),
             "q5_k": ("q5_k-stock",), "q6_k": ("q6_k-stock",)}
 LABELS = {
     "mxfp4-ours": "MXFP4, ours (int8 dot products: AVX2, VNNI or AMX, by CPU)",
@@ -39,6 +41,7 @@ LABELS = {
     "q8_0-ours": "Q8_0, ours", "q8_0-stock": "Q8_0, stock",
     "q4_0-ours": "Q4_0, ours", "q4_0-repack": "Q4_0, stock repack", "q4_0-stock": "Q4_0, stock (no repack)",
     "q4_1-ours": "Q4_1, ours", "q4_1-stock": "Q4_1, stock",
+    "q5_0-ours": "Q5_0, ours", "q5_0-stock": "Q5_0, stock", "q5_1-ours": "Q5_1, ours", "q5_1-stock": "Q5_1, stock",
     "q4_k-ours": "Q4_K, ours",
     "q4_k-repack": "Q4_K, stock repack",
     "q4_k-stock": "Q4_K, stock (no repack)",
@@ -204,7 +207,7 @@ def markdown(report: dict) -> str:
                  for n in NS]
         lines.append(f"| {LABELS.get(kernel, kernel)} | " + " | ".join(cells) + " |")
     s = report["summary"]
-    extra = [kind for kind in ("q8_0", "q4_0", "q4_1") if kind in s]  # issue 51's types, where measured
+    extra = [kind for kind in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1") if kind in s]  # issue 51's types, where measured
     lines += ["", "| figure | MXFP4 | BF16 | target (MXFP4 / BF16) |" + "".join(f" {k.upper()} |" for k in extra),
               "|---|---|---|---|" + "---|" * len(extra)]
     targets = TARGETS.get(cpu.get("class"), TARGETS["default"])

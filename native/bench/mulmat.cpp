@@ -4,9 +4,10 @@
 //
 //   mulmat-bench --threads 2 --gb 1.1 --reps 5 --n 1,2,4,8,16 --kernels mxfp4-ours,mxfp4-repack,...
 //
-// Kernels: mxfp4-ours / bf16-ours / q8_0-ours / q4_0-ours / q4_1-ours / q4_k-ours / q5_k-ours / q6_k-ours (our
-// CPU_ASSISTANT buffer), mxfp4-repack / q4_0-repack / q4_k-repack (stock CPU_REPACK buffer), mxfp4-stock /
-// bf16-stock / q8_0-stock / q4_0-stock / q4_1-stock / q4_k-stock / q5_k-stock / q6_k-stock (plain CPU buffer:
+// Kernels: mxfp4-ours / bf16-ours / q8_0-ours / q4_0-ours / q4_1-ours / q5_0-ours / q5_1-ours / q4_k-ours /
+// q5_k-ours / q6_k-ours (our CPU_ASSISTANT buffer), mxfp4-repack / q4_0-repack / q4_k-repack (stock CPU_REPACK
+// buffer), mxfp4-stock / bf16-stock / q8_0-stock / q4_0-stock / q4_1-stock / q5_0-stock / q5_1-stock /
+// q4_k-stock / q5_k-stock / q6_k-stock (plain CPU buffer:
 // the stock kernels without repacking; what llama.cpp runs for Q5_K and Q6_K on x86, which it does not repack).
 // Weight sets are model-shaped: 2048x5632 and 5632x2048 matrices, repeated until the set exceeds --gb.
 #include "ggml-alloc.h"
@@ -80,8 +81,8 @@ ggml_backend_buffer_type_t find_buft(const char * name) {
 
 // The weight type a kernel name starts with ("q4_k-ours": ggml names it "q4_K").
 ggml_type weight_type(const std::string & kernel) {
-    for (ggml_type type : {GGML_TYPE_MXFP4, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K,
-                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+    for (ggml_type type : {GGML_TYPE_MXFP4, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
+                           GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
         std::string name = ggml_type_name(type);
         for (char & c : name) c = (char) std::tolower((unsigned char) c);
         if (kernel.rfind(name + "-", 0) == 0) return type;
@@ -104,7 +105,7 @@ std::vector<uint8_t> random_weights(ggml_type type, int64_t K, int64_t M, std::m
     } else if (type != GGML_TYPE_BF16) {
         for (size_t i = 0; i < data.size(); i += block) {
             data[i + 1] = (uint8_t) (0x20 + rng() % 4);                                  // d ~ 2^-7
-            if (type == GGML_TYPE_Q4_1) data[i + 3] = (uint8_t) (0xa0 + rng() % 4);      // m ~ -2^-7 * 8
+            if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) data[i + 3] = (uint8_t) (0xa0 + rng() % 4);  // m ~ -2^-7 * 8
         }
     } else {
         for (size_t i = 1; i < data.size(); i += 2) data[i] = (uint8_t) (0x3c + rng() % 2);  // bf16 |x| < 1

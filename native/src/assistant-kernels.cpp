@@ -1,6 +1,6 @@
 // The extra buffer type that puts our kernels into ggml-cpu (the mechanism ggml's own repack and AMX
 // paths use). Weights placed in this buffer are repacked once, in set_tensor, into the layouts of
-// mxfp4-gemm.h, q8-gemm.h (Q8_0, Q4_0, Q4_1), kquant-gemm.h (Q4_K, Q5_K, Q6_K) and bf16-gemm.h; MUL_MAT on them
+// mxfp4-gemm.h, q8-gemm.h (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), kquant-gemm.h (Q4_K, Q5_K, Q6_K) and bf16-gemm.h; MUL_MAT on them
 // then runs our kernels for every batch size, since the stock kernels cannot read those layouts.
 //
 // ASSISTANT_MXFP4_KERNEL / ASSISTANT_Q8_KERNEL / ASSISTANT_KQUANT_KERNEL / ASSISTANT_BF16_KERNEL, read once at
@@ -11,7 +11,7 @@
 //   "stock"           our buffer type does not claim that weight type, so llama.cpp's stock path runs
 //   a path name       force an instruction path: MXFP4 "scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"
 //                     (AMX-INT8 for batches of 9 or more columns, the default where Linux grants AMX),
-//                     "neon" (ARM64 with sdot); Q8 (Q8_0, Q4_0 and Q4_1 together) "scalar", "avx2",
+//                     "neon" (ARM64 with sdot); Q8 (Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 together) "scalar", "avx2",
 //                     "avx-vnni", "avx512-vnni", "neon"; BF16 "scalar", "avx2", "avx512" (widen + FMA),
 //                     "avx512-bf16" (vdpbf16ps), "amx" (tile multiply; the default where Linux grants AMX,
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
@@ -120,6 +120,8 @@ int q8_type_of(ggml_type type) {
         case GGML_TYPE_Q8_0: return Q8_TYPE_Q8_0;
         case GGML_TYPE_Q4_0: return Q8_TYPE_Q4_0;
         case GGML_TYPE_Q4_1: return Q8_TYPE_Q4_1;
+        case GGML_TYPE_Q5_0: return Q8_TYPE_Q5_0;
+        case GGML_TYPE_Q5_1: return Q8_TYPE_Q5_1;
         default: return -1;
     }
 }

@@ -1,12 +1,12 @@
-// Q8_0 / Q4_0 / Q4_1 x int8 small-batch matrix multiply; layout and contract in q8-gemm.h.
+// Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 x int8 small-batch matrix multiply; layout and contract in q8-gemm.h.
 //
 // Arithmetic, identical on every path so the paths agree bit for bit:
 //   isum = sum over the 32 values of a block of u * q + bias                    (exact, int32)
-//          u: the stored unsigned operand (Q8_0: byte + 128, Q4: the nibble); bias: Q8_0 -128 * sum(q),
-//          Q4_0 -8 * sum(q), Q4_1 0; paths that multiply signed weights (NEON, AVX2 on Q8_0) sum the
-//          weight's own integer times q: the same integer
+//          u: the stored unsigned operand (Q8_0: byte + 128, Q4: the nibble, Q5: the nibble and its fifth
+//          bit); bias: Q8_0 -128 * sum(q), Q4_0 -8 * sum(q), Q5_0 -16 * sum(q), Q4_1 and Q5_1 0; paths that
+//          multiply signed weights (NEON, AVX2 on Q8_0) sum the weight's own integer times q: the same integer
 //   acc  = fma(float(isum), d_w * d_a, acc)                                      block by block, in order
-//   acc  = fma(m_w, d_a * sum(q), acc)                                           Q4_1 only
+//   acc  = fma(m_w, d_a * sum(q), acc)                                           Q4_1 and Q5_1 only
 // Each column has its own accumulators, so its result does not depend on how many other columns share the
 // pass or which thread owns the tile.
 #include "q8-gemm.h"
@@ -34,18 +34,28 @@ constexpr int kBlock = Q8_BLOCK;
 // Software prefetch this far ahead in the weight stream (as in mxfp4-gemm.cpp).
 constexpr int kPrefetchBytes = 4096;
 
-// Per type: bytes of a block, bytes of scales per row (d, or d and m), 4-byte quant groups per row.
+// Per type: bytes of a block, bytes of scales per row (d, or d and m), bytes of fifth bits per row, 4-byte
+// quant groups per row.
 struct Layout {
-    int block_bytes, scale_bytes, chunks;
+    int block_bytes, scale_bytes, high_bytes, chunks;
+    constexpr int quant_offset() const { return scale_bytes + high_bytes; }  // per row of a tile
 };
 constexpr Layout layout(int type) {
-    return type == Q8_TYPE_Q8_0 ? Layout{34, 2, 8} : type == Q8_TYPE_Q4_0 ? Layout{18, 2, 4} : Layout{20, 4, 4};
+    switch (type) {
+        case Q8_TYPE_Q8_0: return {34, 2, 0, 8};
+        case Q8_TYPE_Q4_0: return {18, 2, 0, 4};
+        case Q8_TYPE_Q4_1: return {20, 4, 0, 4};
+        case Q8_TYPE_Q5_0: return {22, 2, 4, 4};
+        default: return {24, 4, 4, 4};
+    }
 }
+// Whether a type adds a per-block minimum m (its value is q * d + m).
+constexpr bool has_min(int type) { return type == Q8_TYPE_Q4_1 || type == Q8_TYPE_Q5_1; }
 
 // The integer the activation side adds to a block's sum of u * q (see the top of the file).
 template <int T>
 inline int32_t bias(int32_t sum) {
-    return T == Q8_TYPE_Q8_0 ? -128 * sum : T == Q8_TYPE_Q4_0 ? -8 * sum : 0;
+    return T == Q8_TYPE_Q8_0 ? -128 * sum : T == Q8_TYPE_Q4_0 ? -8 * sum : T == Q8_TYPE_Q5_0 ? -16 * sum : 0;
 }
 
 #ifdef Q8_X86
@@ -105,11 +115,14 @@ size_t tile_bytes(int type, int rows, int64_t nb) { return (size_t) rows * nb * 
 template <int T>
 inline int weight(const uint8_t * blk, int R, int r, int i) {
     constexpr Layout L = layout(T);
-    const uint8_t *  q = blk + R * L.scale_bytes;
+    const uint8_t *  q = blk + R * L.quant_offset();
     if (T == Q8_TYPE_Q8_0) return q[(i / 4) * 4 * R + 4 * r + i % 4];
-    const int byte = i % 16;
-    const int v    = q[(byte / 4) * 4 * R + 4 * r + byte % 4];
-    return i < 16 ? v & 15 : v >> 4;
+    const int byte   = i % 16;
+    const int v      = q[(byte / 4) * 4 * R + 4 * r + byte % 4];
+    const int nibble = i < 16 ? v & 15 : v >> 4;
+    if (L.high_bytes == 0) return nibble;
+    const int fifth = (blk[R * L.scale_bytes + 4 * r + byte % 4] >> (byte / 4 + (i < 16 ? 0 : 4))) & 1;
+    return nibble | fifth << 4;
 }
 
 using TileFn = void (*)(const uint8_t *, int64_t, const Column *, float (*)[kTile]);
@@ -126,7 +139,7 @@ void tile_scalar(const uint8_t * tile, int R, int64_t nb, const Column * cols, i
                 int32_t         isum = bias<T>(cols[j].sum[b]);
                 for (int i = 0; i < kBlock; ++i) isum += weight<T>(blk, R, r, i) * q[i];
                 acc = std::fma((float) isum, half_to_float(blk + 2 * r) * cols[j].d[b], acc);
-                if (T == Q8_TYPE_Q4_1) acc = std::fma(half_to_float(blk + 2 * R + 2 * r), cols[j].ds[b], acc);
+                if (has_min(T)) acc = std::fma(half_to_float(blk + 2 * R + 2 * r), cols[j].ds[b], acc);
             }
             out[j][r] = acc;
         }
@@ -149,6 +162,26 @@ inline void prefetch_ahead(const uint8_t * blk) {
     for (int l = 0; l < lines; ++l) _mm_prefetch((const char *) blk + kPrefetchBytes + 64 * l, ALONE ? _MM_HINT_T1 : _MM_HINT_T0);
 }
 
+// Bit k of every byte of ``bits`` moved to bit 4, alone (a 16-bit shift cannot carry a neighbouring byte's bit
+// there for these k).
+template <int K>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i fifth_bit(__m512i bits) {
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    return _mm512_and_si512(K <= 4 ? _mm512_slli_epi16(bits, 4 - K) : _mm512_srli_epi16(bits, K - 4), bit4);
+}
+
+// Q5: the fifth bits (see q8-gemm.h) onto the nibbles of w[v], values 4v..4v+3 of each row.
+__attribute__((target("avx512f,avx512bw"))) inline void add_fifth_bits(__m512i bits, __m512i (&w)[8]) {
+    w[0] = _mm512_or_si512(w[0], fifth_bit<0>(bits));
+    w[1] = _mm512_or_si512(w[1], fifth_bit<1>(bits));
+    w[2] = _mm512_or_si512(w[2], fifth_bit<2>(bits));
+    w[3] = _mm512_or_si512(w[3], fifth_bit<3>(bits));
+    w[4] = _mm512_or_si512(w[4], fifth_bit<4>(bits));
+    w[5] = _mm512_or_si512(w[5], fifth_bit<5>(bits));
+    w[6] = _mm512_or_si512(w[6], fifth_bit<6>(bits));
+    w[7] = _mm512_or_si512(w[7], fifth_bit<7>(bits));
+}
+
 // Full 16-row tile: 8 registers of weights per block stay put while all NC columns use them.
 struct Avx512 {
     static constexpr int kStep = 8;
@@ -163,11 +196,11 @@ struct Avx512 {
         for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t * blk = tile + b * kTile * L.block_bytes;
-            const uint8_t * qs  = blk + kTile * L.scale_bytes;
+            const uint8_t * qs  = blk + kTile * L.quant_offset();
             prefetch_ahead<T, ALONE>(blk);
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) blk));
             __m512       mw = _mm512_setzero_ps();
-            if (T == Q8_TYPE_Q4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (blk + 32)));
+            if (has_min(T)) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (blk + 32)));
             __m512i w[8];  // w[v]: values 4v..4v+3 of each row
             if (T == Q8_TYPE_Q8_0) {
 #    pragma GCC unroll 8
@@ -179,6 +212,7 @@ struct Avx512 {
                     w[c]     = _mm512_and_si512(v, low);
                     w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 }
+                if (L.high_bytes) add_fifth_bits(_mm512_loadu_si512(blk + kTile * L.scale_bytes), w);
             }
 #    pragma GCC unroll 8
             for (int j = 0; j < NC; ++j) {
@@ -192,7 +226,7 @@ struct Avx512 {
                 }
                 const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(cols[j].d[b]));
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[j]);
-                if (T == Q8_TYPE_Q4_1) acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(cols[j].ds[b]), acc[j]);
+                if (has_min(T)) acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(cols[j].ds[b]), acc[j]);
             }
         }
 #    pragma GCC unroll 8
@@ -200,19 +234,37 @@ struct Avx512 {
     }
 };
 
+// As fifth_bit and add_fifth_bits above, on a half tile.
+template <int K>
+__attribute__((target("avx2"))) inline __m256i fifth_bit(__m256i bits) {
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    return _mm256_and_si256(K <= 4 ? _mm256_slli_epi16(bits, 4 - K) : _mm256_srli_epi16(bits, K - 4), bit4);
+}
+
+__attribute__((target("avx2"))) inline void add_fifth_bits(__m256i bits, __m256i (&w)[8]) {
+    w[0] = _mm256_or_si256(w[0], fifth_bit<0>(bits));
+    w[1] = _mm256_or_si256(w[1], fifth_bit<1>(bits));
+    w[2] = _mm256_or_si256(w[2], fifth_bit<2>(bits));
+    w[3] = _mm256_or_si256(w[3], fifth_bit<3>(bits));
+    w[4] = _mm256_or_si256(w[4], fifth_bit<4>(bits));
+    w[5] = _mm256_or_si256(w[5], fifth_bit<5>(bits));
+    w[6] = _mm256_or_si256(w[6], fifth_bit<6>(bits));
+    w[7] = _mm256_or_si256(w[7], fifth_bit<7>(bits));
+}
+
 // The 256-bit paths see a tile as two halves of 8 rows, both expanded at once (each broadcast activation
 // group then serves both): w[h][v] holds values 4v..4v+3 of the half's rows, as the unsigned operand u.
 template <int T>
 __attribute__((target("avx2,fma,f16c"))) inline void expand_block(const uint8_t * blk, __m256i (&w)[2][8],
                                                                   __m256 (&dw)[2], __m256 (&mw)[2]) {
     constexpr Layout L   = layout(T);
-    const uint8_t *  qs  = blk + kTile * L.scale_bytes;
+    const uint8_t *  qs  = blk + kTile * L.quant_offset();
     const __m256i    low = _mm256_set1_epi8(0x0f);
 #    pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (blk + 16 * h)));
-        mw[h] = T == Q8_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (blk + 32 + 16 * h)))
-                                  : _mm256_setzero_ps();
+        mw[h] = has_min(T) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (blk + 32 + 16 * h)))
+                           : _mm256_setzero_ps();
         if (T == Q8_TYPE_Q8_0) {
 #    pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) w[h][c] = _mm256_loadu_si256((const __m256i *) (qs + 64 * c + 32 * h));
@@ -223,6 +275,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void expand_block(const uint8_t 
                 w[h][c]     = _mm256_and_si256(v, low);
                 w[h][c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
             }
+            if (L.high_bytes) add_fifth_bits(_mm256_loadu_si256((const __m256i *) (blk + kTile * L.scale_bytes + 32 * h)), w[h]);
         }
     }
 }
@@ -234,7 +287,7 @@ __attribute__((target("avx2,fma"))) inline void add_block(const __m256i (&isum)[
 #    pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_mul_ps(dw[h], _mm256_set1_ps(col.d[b])), acc[h]);
-        if (T == Q8_TYPE_Q4_1) acc[h] = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(col.ds[b]), acc[h]);
+        if (has_min(T)) acc[h] = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(col.ds[b]), acc[h]);
     }
 }
 
@@ -285,8 +338,8 @@ struct AvxVnni {
     }
 };
 
-// AVX2 without VNNI. Q4: vpmaddubsw multiplies the nibbles by the signed activations and adds neighbouring
-// pairs into int16 (|pair| <= 2 * 15 * 127), four such vectors still fit int16, and vpmaddwd by ones widens
+// AVX2 without VNNI. Q4 and Q5: vpmaddubsw multiplies the nibbles (Q5: 5-bit values) by the signed activations
+// and adds neighbouring pairs into int16 (|pair| <= 2 * 31 * 127), four such vectors still fit int16, and vpmaddwd by ones widens
 // them to int32. Q8_0's u (up to 255) would overflow a pair, so there the weights are made signed again and
 // vpmaddubsw takes |w| times q with w's sign (|pair| <= 2 * 128 * 127), widened after every product.
 struct Avx2 {
@@ -360,7 +413,7 @@ struct Avx2 {
 
 #ifdef Q8_NEON
 // ARM64 with the dot-product extension: sdot multiplies signed int8, so the weights become their own signed
-// integers (Q8_0: u - 128, Q4_0: nibble - 8) and need no bias. A 128-bit register holds 4 rows x 4 values, so
+// integers (Q8_0: u - 128, Q4_0: nibble - 8, Q5_0: u - 16) and need no bias. A 128-bit register holds 4 rows x 4 values, so
 // the tile is done in quarters of 4 rows; one block's 8 weight registers stay put while all NC columns use them.
 struct Neon {
     static constexpr int kStep = 4;
@@ -370,18 +423,19 @@ struct Neon {
                                                                        const Column * cols, float (*out)[kTile]) {
         constexpr Layout L     = layout(T);
         const uint8x16_t low   = vdupq_n_u8(0x0f);
-        const uint8x16_t shift = vdupq_n_u8(T == Q8_TYPE_Q8_0 ? 0x80 : T == Q8_TYPE_Q4_0 ? 8 : 0);
+        const uint8x16_t shift = vdupq_n_u8(T == Q8_TYPE_Q8_0 ? 0x80 : T == Q8_TYPE_Q4_0 ? 8 : T == Q8_TYPE_Q5_0 ? 16 : 0);
+        const uint8x16_t bit4  = vdupq_n_u8(0x10);
         for (int quarter = 0; quarter < 4; ++quarter) {
             float32x4_t acc[NC];
 #    pragma GCC unroll 4
             for (int j = 0; j < NC; ++j) acc[j] = vdupq_n_f32(0.0f);
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t * blk = tile + b * kTile * L.block_bytes;
-                const uint8_t * qs  = blk + kTile * L.scale_bytes;
+                const uint8_t * qs  = blk + kTile * L.quant_offset();
                 for (int l = 0; l < (kTile * L.block_bytes + 63) / 64; ++l) __builtin_prefetch(blk + kPrefetchBytes + 64 * l);
                 const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *) blk + 4 * quarter)));
                 float32x4_t       mw = vdupq_n_f32(0.0f);
-                if (T == Q8_TYPE_Q4_1) mw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *) (blk + 32) + 4 * quarter)));
+                if (has_min(T)) mw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *) (blk + 32) + 4 * quarter)));
                 int8x16_t w[8];
                 if (T == Q8_TYPE_Q8_0) {
 #    pragma GCC unroll 8
@@ -390,8 +444,14 @@ struct Neon {
 #    pragma GCC unroll 4
                     for (int c = 0; c < 4; ++c) {
                         const uint8x16_t v = vld1q_u8(qs + 64 * c + 16 * quarter);
-                        w[c]     = vreinterpretq_s8_u8(vsubq_u8(vandq_u8(v, low), shift));
-                        w[c + 4] = vreinterpretq_s8_u8(vsubq_u8(vshrq_n_u8(v, 4), shift));
+                        uint8x16_t       lo = vandq_u8(v, low), hi = vshrq_n_u8(v, 4);
+                        if (L.high_bytes) {  // bit c (values 4c..) and 4 + c (values 16 + 4c..) onto bit 4
+                            const uint8x16_t bits = vld1q_u8(blk + kTile * L.scale_bytes + 16 * quarter);
+                            lo = vorrq_u8(lo, vandq_u8(vshlq_u8(bits, vdupq_n_s8((int8_t) (4 - c))), bit4));
+                            hi = vorrq_u8(hi, vandq_u8(vshlq_u8(bits, vdupq_n_s8((int8_t) -c)), bit4));
+                        }
+                        w[c]     = vreinterpretq_s8_u8(vsubq_u8(lo, shift));
+                        w[c + 4] = vreinterpretq_s8_u8(vsubq_u8(hi, shift));
                     }
                 }
 #    pragma GCC unroll 4
@@ -408,7 +468,7 @@ struct Neon {
                     s0 = vdotq_laneq_s32(s0, w[6], q1, 2);
                     s1 = vdotq_laneq_s32(s1, w[7], q1, 3);
                     acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vaddq_s32(s0, s1)), vmulq_n_f32(dw, cols[j].d[b]));
-                    if (T == Q8_TYPE_Q4_1) acc[j] = vfmaq_n_f32(acc[j], mw, cols[j].ds[b]);
+                    if (has_min(T)) acc[j] = vfmaq_n_f32(acc[j], mw, cols[j].ds[b]);
                 }
             }
 #    pragma GCC unroll 4
@@ -472,13 +532,15 @@ void widen_tile(int type, const uint8_t * tile, int R, int64_t nb, std::vector<u
         const uint8_t * src = tile + b * R * L.block_bytes;
         uint8_t *       dst = wide.data() + b * kTile * L.block_bytes;
         for (int s = 0; s < L.scale_bytes / 2; ++s) std::memcpy(dst + 2 * kTile * s, src + 2 * R * s, 2 * R);
+        if (L.high_bytes) std::memcpy(dst + kTile * L.scale_bytes, src + R * L.scale_bytes, L.high_bytes * R);
         for (int c = 0; c < L.chunks; ++c) {
-            std::memcpy(dst + kTile * L.scale_bytes + 64 * c, src + R * L.scale_bytes + 4 * R * c, 4 * R);
+            std::memcpy(dst + kTile * L.quant_offset() + 64 * c, src + R * L.quant_offset() + 4 * R * c, 4 * R);
         }
     }
 }
 
-// Copies one row's block between ggml's layout and ours (PACK: ggml -> ours), flipping Q8_0's sign bits.
+// Copies one row's block between ggml's layout and ours (PACK: ggml -> ours), flipping Q8_0's sign bits and
+// spreading Q5's fifth bits (ggml: bit j of a 32-bit word for value j) over the row's 4 bytes of them.
 template <bool PACK>
 void move_block(int type, uint8_t * ggml, uint8_t * blk, int R, int r) {
     const Layout L    = layout(type);
@@ -487,9 +549,26 @@ void move_block(int type, uint8_t * ggml, uint8_t * blk, int R, int r) {
         uint8_t * ours = blk + 2 * R * s + 2 * r;
         PACK ? std::memcpy(ours, ggml + 2 * s, 2) : std::memcpy(ggml + 2 * s, ours, 2);
     }
+    if (L.high_bytes) {
+        uint8_t * ours = blk + R * L.scale_bytes + 4 * r;
+        uint32_t  word = 0;
+        if (PACK) {
+            std::memcpy(&word, ggml + L.scale_bytes, 4);  // little-endian, as ggml reads it
+            std::memset(ours, 0, 4);
+        }
+        for (int j = 0; j < 32; ++j) {
+            const int byte = (j % 16) % 4, bit = (j % 16) / 4 + (j < 16 ? 0 : 4);
+            if (PACK) {
+                ours[byte] |= (uint8_t) (((word >> j) & 1) << bit);
+            } else {
+                word |= (uint32_t) ((ours[byte] >> bit) & 1) << j;
+            }
+        }
+        if (!PACK) std::memcpy(ggml + L.scale_bytes, &word, 4);
+    }
     for (int c = 0; c < L.chunks; ++c) {
-        uint8_t * ours = blk + R * L.scale_bytes + 4 * R * c + 4 * r;
-        uint8_t * theirs = ggml + L.scale_bytes + 4 * c;
+        uint8_t * ours = blk + R * L.quant_offset() + 4 * R * c + 4 * r;
+        uint8_t * theirs = ggml + L.quant_offset() + 4 * c;
         for (int i = 0; i < 4; ++i) (PACK ? ours[i] : theirs[i]) = (PACK ? theirs[i] : ours[i]) ^ flip;
     }
 }
@@ -596,7 +675,7 @@ void q8_quantize_act(const float * x, void * act, int64_t K) {
     } else
 #endif
         int8_activations::quantize_scalar(x, (int8_t *) c.q, d, sum, K);
-    for (int64_t b = 0; b < K / kBlock; ++b) ds[b] = d[b] * (float) sum[b];  // Q4_1's m term
+    for (int64_t b = 0; b < K / kBlock; ++b) ds[b] = d[b] * (float) sum[b];  // Q4_1's and Q5_1's m term
 }
 
 void q8_gemm(int type, const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
@@ -604,6 +683,8 @@ void q8_gemm(int type, const void * packed, int64_t M, int64_t K, const void * a
     switch (type) {
         case Q8_TYPE_Q8_0: gemm<Q8_TYPE_Q8_0>(packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end); break;
         case Q8_TYPE_Q4_0: gemm<Q8_TYPE_Q4_0>(packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end); break;
+        case Q8_TYPE_Q5_0: gemm<Q8_TYPE_Q5_0>(packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end); break;
+        case Q8_TYPE_Q5_1: gemm<Q8_TYPE_Q5_1>(packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end); break;
         default: gemm<Q8_TYPE_Q4_1>(packed, M, K, act, act_stride, N, dst, dst_stride, row_begin, row_end); break;
     }
 }

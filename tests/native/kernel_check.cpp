@@ -212,16 +212,18 @@ void check_kquant(std::mt19937 & rng, int type, const char * kind) {
     std::printf("%s default path: %s\n", kind, kquant_path_name());
 }
 
-// Q8_0, Q4_0 and Q4_1 rows in ggml's layout, against float64 arithmetic on the ggml blocks themselves.
+// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows in ggml's layout, against float64 arithmetic on the ggml blocks themselves.
 void check_q8(std::mt19937 & rng, int type, const char * kind) {
     const int64_t M = 45, K = 2240, N = 9, nb = K / Q8_BLOCK;
     const size_t  bb = q8_block_bytes(type);
     std::vector<uint8_t> blocks(M * nb * bb), packed(blocks.size());
     for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = (uint8_t) rng();
-    for (int64_t i = 0; i < M * nb; ++i) {  // f16 d of either sign in [2^-8, 2^-5), Q4_1's m negative
+    const bool with_min = type == Q8_TYPE_Q4_1 || type == Q8_TYPE_Q5_1;
+    const bool fifth    = type == Q8_TYPE_Q5_0 || type == Q8_TYPE_Q5_1;
+    for (int64_t i = 0; i < M * nb; ++i) {  // f16 d of either sign in [2^-8, 2^-5), m negative
         uint8_t * blk = &blocks[i * bb];
         blk[1] = (uint8_t) ((rng() % 2 ? 0x80 : 0) | (0x1c + rng() % 3));
-        if (type == Q8_TYPE_Q4_1) blk[3] = (uint8_t) (0xa8 + rng() % 8);
+        if (with_min) blk[3] = (uint8_t) (0xa8 + rng() % 8);
     }
     q8_pack(type, blocks.data(), packed.data(), M, K);
     const std::vector<float> x      = random_columns(rng, N, K);
@@ -242,11 +244,16 @@ void check_q8(std::mt19937 & rng, int type, const char * kind) {
         for (int64_t r = 0; r < M; ++r) {
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t * blk = &blocks[(r * nb + b) * bb];
-                const double    dw = half_value(blk), mw = type == Q8_TYPE_Q4_1 ? half_value(blk + 2) : 0.0;
-                const uint8_t * qs = blk + (type == Q8_TYPE_Q4_1 ? 4 : 2);
+                const double    dw = half_value(blk), mw = with_min ? half_value(blk + 2) : 0.0;
+                const uint8_t * qh = blk + (with_min ? 4 : 2);
+                const uint8_t * qs = qh + (fifth ? 4 : 0);
                 for (int i = 0; i < 32; ++i) {
-                    const int    nibble = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
-                    const double w  = type == Q8_TYPE_Q8_0 ? (int8_t) qs[i] * dw : type == Q8_TYPE_Q4_0 ? (nibble - 8) * dw : nibble * dw;
+                    const int high   = fifth ? ((qh[i / 8] >> (i % 8)) & 1) << 4 : 0;  // bit i of the word
+                    const int nibble = (i < 16 ? qs[i] & 15 : qs[i - 16] >> 4) | high;
+                    const double w   = type == Q8_TYPE_Q8_0   ? (int8_t) qs[i] * dw
+                                       : type == Q8_TYPE_Q4_0 ? (nibble - 8) * dw
+                                       : type == Q8_TYPE_Q5_0 ? (nibble - 16) * dw
+                                                              : nibble * dw;
                     const double a  = q[b * 32 + i] * (double) d[b];
                     reference[j * M + r] += w * a + mw * a;
                     reference[M * N + j * M + r] += std::fabs(w * a) + std::fabs(mw * a);
@@ -403,6 +410,8 @@ int main() {
     check_q8(rng, Q8_TYPE_Q8_0, "q8_0");
     check_q8(rng, Q8_TYPE_Q4_0, "q4_0");
     check_q8(rng, Q8_TYPE_Q4_1, "q4_1");
+    check_q8(rng, Q8_TYPE_Q5_0, "q5_0");
+    check_q8(rng, Q8_TYPE_Q5_1, "q5_1");
     check_bf16(rng);
     check_bf16_prompts(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
