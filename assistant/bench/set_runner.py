@@ -85,6 +85,7 @@ def run(model_set, prompts: list[dict], settings: SetSettings, bin_dir: Path) ->
         "order": [method.key for method in order],
         "prompts": [{"id": prompt.get("id", str(index)), "tokens": prepared[index]["tokens"]}
                     for index, prompt in enumerate(prompts)],
+        "templated": all(prepared_prompt["templated"] for prepared_prompt in prepared),
         "llama_cpp_sweep": sweep,
         "runs": runs,
         "seconds": time.perf_counter() - began,

@@ -15,6 +15,25 @@ import sys
 import time
 
 
+def prompt_text(target, messages: list[dict]) -> str:
+    """The chat-templated prompt; for a GGUF that stores no chat template (Gemma 3 270M's Q4_K_M file), the
+    messages' text as a plain prompt, which llama.cpp's programs are then given too."""
+    from assistant.engine.chat_template import apply_chat_template
+
+    if target.chat_template is None:
+        return "\n\n".join(message["content"] for message in messages) + "\n"
+    return apply_chat_template(target, messages)
+
+
+def prompt_tokens(pipeline, messages: list[dict]) -> list[int]:
+    """``prompt_text``'s prompt as our pipelines evaluate it."""
+    from assistant.engine.chat_template import chat_prompt_tokens
+
+    if pipeline.target.chat_template is None:
+        return pipeline.prompt_tokens(prompt_text(pipeline.target, messages))
+    return chat_prompt_tokens(pipeline.target, messages)
+
+
 class Worker:
     def __init__(self):
         self.models: dict[str, object] = {}
@@ -43,10 +62,9 @@ class Worker:
     def prompt_text(self, pipeline: str, messages: list[dict]) -> dict:
         """The chat-templated prompt exactly as our pipelines see it, for llama.cpp's programs, and its length in
         tokens (llama-bench times a prompt of that length)."""
-        from assistant.engine.chat_template import apply_chat_template, chat_prompt_tokens
-
-        target = self.pipelines[pipeline].target
-        return {"text": apply_chat_template(target, messages), "tokens": len(chat_prompt_tokens(target, messages))}
+        chosen = self.pipelines[pipeline]
+        return {"text": prompt_text(chosen.target, messages), "tokens": len(prompt_tokens(chosen, messages)),
+                "templated": chosen.target.chat_template is not None}
 
     def verify_costs(self, pipeline: str, messages: list[dict], sizes: list[int], reps: int, level: int = 0) -> dict:
         """Median seconds for the pipeline's target (or model ``level``) to evaluate n new tokens after the
@@ -54,11 +72,10 @@ class Worker:
         change it)."""
         import statistics
 
-        from assistant.engine.chat_template import chat_prompt_tokens
         from assistant.engine.sequence import TokenSequence
 
         context = self.pipelines[pipeline].chain.levels[level].context
-        prompt = chat_prompt_tokens(self.pipelines[pipeline].target, messages)
+        prompt = prompt_tokens(self.pipelines[pipeline], messages)
         context.reset()
         context.evaluate(TokenSequence(prompt), len(prompt) - 1)
         fillers = sorted(set(prompt))[:2]  # two tokens of the vocabulary: alternated, each batch is new to the cache
@@ -77,11 +94,10 @@ class Worker:
         would propose exactly, up to ``longest`` (a model: its greedy choices after the prompt and the answer
         so far, all evaluated in one batch; the n-gram level: its proposal there). The oracle's input."""
         from assistant.bench.oracle import agreement_runs
-        from assistant.engine.chat_template import chat_prompt_tokens
         from assistant.engine.sequence import TokenSequence
 
         chain = self.pipelines[pipeline].chain
-        prompt = chat_prompt_tokens(self.pipelines[pipeline].target, messages)
+        prompt = prompt_tokens(self.pipelines[pipeline], messages)
         sequence = prompt + list(answer)
         runs = []
         for level in chain.levels[1:]:
@@ -107,7 +123,8 @@ class Worker:
             if level.is_model:
                 level.context.reset()
         began = time.perf_counter()
-        answer = chain.chat(messages, sampling=Sampling(**(sampling or {})), max_tokens=max_tokens).finish()
+        answer = chain.generate(prompt_tokens(chain, messages), sampling=Sampling(**(sampling or {})),
+                                max_tokens=max_tokens).finish()
         seconds = time.perf_counter() - began
         stats = answer.stats
         return {
