@@ -24,8 +24,9 @@ more to gain from what a measurement finds):
   admits, so each generation runs once, best first, every shape within PROBE_LIMIT of the best that has a
   pair no shape of this generation had (a pair counts as covered once its shape ran, judged or not: a middle
   level's drafter may not be asked in a round);
-- exploration: a shape predicted r times slower than the best is re-run once in EXPLORE_EVERY * r^3 target
-  rounds, never when r > EXPLORE_LIMIT.
+- exploration: a shape predicted r times slower than the best (its levels' re-joins included: a level that
+  sat out rounds pays a catch-up at every return) is re-run once in EXPLORE_EVERY * r^3 target rounds, never
+  when r > EXPLORE_LIMIT.
 """
 
 from __future__ import annotations
@@ -80,10 +81,9 @@ class Explorer:
         shape again (the length of its measured stays) or the answer ends, whichever comes first. Switching
         back and forth, as an n-gram match comes and goes, pays a level's re-join at every return."""
         stays = self.stays.get(shape)
-        if stays is None or not stays.known:
+        if remaining is None or stays is None or not stays.known:  # no length known: catch-ups weigh in_step only
             return remaining
-        stay = max(1, round(stays.value()))
-        return stay if remaining is None else min(stay, remaining)
+        return min(max(1, round(stays.value())), remaining)
 
     def usable(self, behind: list[int], model, remaining: int | None = None) -> tuple:
         """The levels that may take part in this round: all but the never-run ones whose catch-up could not repay
@@ -121,7 +121,8 @@ class Explorer:
                 remaining: int | None) -> tuple[tuple, bool]:
         """The best shape over the rest of the answer, a shape due for re-measurement, or (to spare a catch-up)
         the current one; and whether it was chosen as the best (not to be measured)."""
-        parts = {shape: model.catch_up_parts(shape, behind) for shape in predicted}
+        joined = {level for shape in self.used for level in shape}  # levels of this generation's rounds
+        parts = {shape: model.catch_up_parts(shape, behind, joined) for shape in predicted}
         catch_up = {shape: sum(parts[shape]) for shape in predicted}
         ranked = sorted(predicted, key=predicted.get)
         budget = CATCH_UP_BUDGET * model.alone_seconds(0)
@@ -151,8 +152,10 @@ class Explorer:
         if (not in_step(best) and self.shape in predicted
                 and per_token(best) > (1 - SWITCH_MARGIN) * per_token(self.shape)):
             best = self.shape
-        for shape in ranked[1:]:
-            ratio = predicted[shape] / predicted[ranked[0]]
+        costs = {shape: per_token(shape) for shape in ranked}  # a re-run pays its levels' re-joins too
+        fastest = min(costs.values())
+        for shape in sorted(ranked, key=costs.get)[1:]:
+            ratio = costs[shape] / fastest
             if ratio > EXPLORE_LIMIT:
                 break
             if self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3 and in_step(shape):

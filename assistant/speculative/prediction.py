@@ -133,13 +133,15 @@ class CostModel:
         included), each in one batch: both parts of ``catch_up_parts``."""
         return sum(self.catch_up_parts(shape, behind))
 
-    def catch_up_parts(self, shape, behind: list[int]) -> tuple[float, float]:
+    def catch_up_parts(self, shape, behind: list[int], joined=()) -> tuple[float, float]:
         """The catch-ups of ``shape``'s levels as (re-joins, long ones). A level that missed no more than a
-        verification's worth of tokens (it sat out a few rounds) re-joins at the measured cost of a batch of
-        that size (a few tokens cost about what a verification does, far more than the same tokens of a long
-        batch), and will again whenever the policy returns to it; a longer one (a deferred prompt, a long
-        absence) is paid once, at the level's catch-up rate. A level with neither measurement (it evaluated no
-        slice of a prompt: the prompt was short) counts nothing."""
+        verification's worth of tokens re-joins at the measured cost of a batch of that size (a few tokens cost
+        about what a verification does, far more than the same tokens of a long batch); a longer catch-up costs
+        the level's catch-up rate. Either is a re-join, paid again whenever the policy returns to the level, if
+        the level is in ``joined`` (it has taken part in this generation: what it missed are rounds it sat
+        out) or the catch-up is short; a long one of a level yet to join (its deferred prompt) is paid once. A
+        level with neither measurement (it evaluated no slice of a prompt: the prompt was short) counts
+        nothing."""
         rejoins = long = 0.0
         for level in shape[1:]:
             missed = behind[level]
@@ -147,6 +149,8 @@ class CostModel:
                 continue
             if missed <= self.max_length + 1 and self.cost[level].known:
                 rejoins += self.cost[level].seconds(missed)
+            elif level in joined:
+                rejoins += missed * self.catch_up_rate(level)
             else:
                 long += missed * self.catch_up_rate(level)
         return rejoins, long
