@@ -41,6 +41,7 @@ class RemoteMachine:
 
         self.namespace = None
         self.servers: list[subprocess.Popen] = []
+        self._starting, self._asked = False, None  # a server being started; a SIGTERM that came meanwhile
         self._terminate = self._clean_up_on_sigterm()
         prefix, host = [], "127.0.0.1"
         try:
@@ -55,8 +56,12 @@ class RemoteMachine:
             for index in range(count):
                 port = PORT + index if self.namespace else _free_port()
                 command, environment = rpc_server_command(host, port, threads)
+                self._starting = True
                 self.servers.append(subprocess.Popen(prefix + command, env=environment, stdout=subprocess.DEVNULL,
                                                      stderr=subprocess.DEVNULL))
+                self._starting = False
+                if self._asked is not None:
+                    self._leave(self._asked)
                 self.endpoints.append((host, port))
             for server, endpoint in zip(self.servers, self.endpoints):
                 wait_listening(server, endpoint)
@@ -84,10 +89,16 @@ class RemoteMachine:
             return None
 
         def clean_up_and_leave(number, frame):
-            self.close()  # puts the previous handler back
-            os.kill(os.getpid(), number)
+            if self._starting:  # the server being started is not in self.servers yet: leave once it is
+                self._asked = number
+            else:
+                self._leave(number)
 
         return signal.signal(signal.SIGTERM, clean_up_and_leave)
+
+    def _leave(self, number: int) -> None:
+        self.close()  # puts the previous handler back
+        os.kill(os.getpid(), number)
 
     def __enter__(self):
         return self
