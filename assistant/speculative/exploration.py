@@ -4,8 +4,11 @@ to be measured.
 A shape whose levels missed tokens (rounds they sat out, or the whole prompt of a drafter that has not run in
 this generation: its prompt is evaluated only when first planned) must first catch up. The best shape is the
 least predicted time for the rest of the answer, that catch-up included: seconds per token plus the catch-up
-spread over the tokens the answer is expected to still run (a typical answer's length, at most what its limit
-leaves). So a drafter joins late in an answer, or on a long prompt, only where it repays its catch-up.
+spread over the tokens it buys. A deferred prompt is paid once, so it is spread over the tokens the answer is
+expected to still run (a typical answer's length, at most what its limit leaves): a drafter joins late in an
+answer, or on a long prompt, only where it repays it. A re-join (a level that ran in this generation and sat
+out rounds since) recurs whenever the policy leaves the shape and comes back, so it is spread over the shape's
+measured stays: the target tokens it made, from the round it was chosen as the best until the policy left it.
 
 A level that has never taken part in a round cannot be predicted. While some can take part, the policy runs
 them all (with the levels already measured) to measure them; a never-run level whose prompt catch-up, priced at
