@@ -151,14 +151,14 @@ class Explorer:
                 break
             if not covered.issuperset(zip(shape, shape[1:])) and in_step(shape):
                 return shape, False
-        best = min(ranked, key=per_token)
-        if (not in_step(best) and self.shape in predicted
-                and per_token(best) > (1 - SWITCH_MARGIN) * per_token(self.shape)):
-            best = self.shape
         costs = {shape: per_token(shape) for shape in ranked}  # a re-run pays its levels' re-joins too
-        fastest = min(costs.values())
-        for shape in sorted(ranked, key=costs.get)[1:]:
-            ratio = costs[shape] / fastest
+        by_cost = sorted(ranked, key=costs.get)
+        best = by_cost[0]
+        if (not in_step(best) and self.shape in predicted
+                and costs[best] > (1 - SWITCH_MARGIN) * costs[self.shape]):
+            best = self.shape
+        for shape in by_cost[1:]:
+            ratio = costs[shape] / costs[by_cost[0]]
             if ratio > EXPLORE_LIMIT:
                 break
             if self.rounds - self.last_run.get(shape, 0) >= EXPLORE_EVERY * ratio**3 and in_step(shape):
