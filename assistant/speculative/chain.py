@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from assistant.errors import AssistantError
 from assistant.speculative.candidates import CandidateRows, candidate_count
 from assistant.speculative.plan import Batch, Drafting, Hindsight, Plan, RoundRecord
 from assistant.speculative.probabilities import Sampler, top_probability
@@ -31,16 +32,20 @@ class Chain:
         self.sequence = None
         self.origins: list[int] = []
         self.sampler: Sampler | None = None
+        self.grammar = None  # engine/grammar.py's Grammar when the answer is constrained
         self.record = RoundRecord()
         self.proposed: tuple[int, dict] = (-1, {})  # (sequence length, proposals) at the round's start
 
-    def start(self, sequence, sampling, policy) -> None:
-        """Begin a generation over ``sequence`` (the prompt tokens), planned round by round by ``policy``."""
+    def start(self, sequence, sampling, policy, grammar=None) -> None:
+        """Begin a generation over ``sequence`` (the prompt tokens), planned round by round by ``policy``; with
+        ``grammar`` (engine/grammar.py, starting at the prompt's end) every level chooses among the tokens it
+        allows, and drafts end where it forbids theirs."""
         self.sequence = sequence
+        self.grammar = grammar
         self.origins = [-1] * len(sequence)
         self.greedy = sampling.greedy
         self.policy = policy
-        policy.begin_generation(setting_key(sampling))
+        policy.begin_generation(setting_key(sampling) + (("grammar",) if grammar is not None else ()))
         self.sampler = None if self.greedy else Sampler(sampling, self.n_shared)
         self._rebuilt_row = np.empty(self.n_shared, dtype=np.float32) if self.sampler else None
         self.record = RoundRecord()
@@ -109,7 +114,9 @@ class Chain:
             below = self.levels[drafter]
             drafted = self._produce(plan, at + 1, wanted, min(plan.rooms[at], room - 1))
         began = time.perf_counter()
-        if self.greedy:
+        if self.grammar is not None:
+            choice = self._constrained_choices(level, level.context.evaluate(self.sequence, base - 1), base)
+        elif self.greedy:
             choice = self._row_choices(level.context, base - 1)
         else:
             choice = self._sampled_choices(level, self._row_logits(level.context, base - 1), base)
@@ -152,7 +159,7 @@ class Chain:
             if at == len(sequence) and index in proposals:  # the round's first request: looked up already
                 proposal = proposals[index][:count]
             else:
-                proposal = level.propose(sequence, count)
+                proposal = self._allowed(level.propose(sequence, count))
             for token in proposal:
                 self._append(token, index)
             self.record.drafts.append(Drafting(index, len(proposal), time.perf_counter() - began))
@@ -173,6 +180,8 @@ class Chain:
                 token = int(logits.argmax())
             else:  # no early stop: with coupled choices a flat distribution is agreed on as often as a sharp one
                 token = self.sampler.choose(self.sampler.probabilities(logits, level.scratch), len(sequence))
+            if self.grammar is not None and not self.grammar.allows(len(sequence), token):
+                break  # a draft is a proposal: its unmasked choice, ended where the grammar forbids it
             self._append(token, index)
             produced += 1
         self.record.drafts.append(Drafting(index, produced, time.perf_counter() - began))
@@ -202,6 +211,33 @@ class Chain:
         sampler = self.sampler
         return lambda j: sampler.choose(sampler.probabilities(logits(j), level.scratch), base + j)
 
+    def _constrained_choices(self, level, rows, base: int):
+        """``choice(j)``: as ``_row_choices`` or ``_sampled_choices`` for row j of ``rows``, among the tokens the
+        grammar allows at position base + j. The whole vocabulary is masked only where the unmasked choice is
+        forbidden, or where top-k or top-p would cut the masked distribution elsewhere than the unmasked one."""
+        grammar, sampler, n_shared = self.grammar, self.sampler, self.n_shared
+
+        def masked(j: int) -> np.ndarray:
+            logits = grammar.masked(base + j, rows[j, :n_shared])
+            if not np.isfinite(logits.max()):
+                raise AssistantError("the grammar allows no token here: the constrained answer cannot go on")
+            return logits
+
+        if sampler is None:
+            def choice(j: int) -> int:
+                token = int(rows[j, :n_shared].argmax())
+                return token if grammar.allows(base + j, token) else int(masked(j).argmax())
+            return choice
+
+        def sampled(j: int) -> int:
+            position = base + j
+            if not sampler.truncates:
+                token = sampler.choose(sampler.probabilities(rows[j, :n_shared], level.scratch), position)
+                if grammar.allows(position, token):
+                    return token
+            return sampler.choose(sampler.probabilities(masked(j), level.scratch), position)
+        return sampled
+
     def _verify_choices(self, choice, base: int, drafted: int) -> tuple[int, int]:
         """The longest prefix of the draft equal to this level's choices ``choice(j)``, then its own next token."""
         tokens = self.sequence.tokens
@@ -215,8 +251,14 @@ class Chain:
     def _proposals(self) -> dict[int, list[int]]:
         """What each limited drafter (the n-gram level) would propose from here: the policy's exact supply for a
         request made at the end of the sequence (cheap: one suffix match)."""
-        return {index: level.propose(self.sequence, self.policy.max_length)
+        return {index: self._allowed(level.propose(self.sequence, self.policy.max_length))
                 for index, level in enumerate(self.levels) if not level.is_model}
+
+    def _allowed(self, proposal: list[int]) -> list[int]:
+        """``proposal`` for the sequence's end, cut where the grammar (if any) forbids it."""
+        if self.grammar is None or not proposal:
+            return proposal
+        return self.grammar.allowed_prefix(len(self.sequence), proposal)
 
     def _judge_in_hindsight(self, plan: Plan, proposals: dict[int, list[int]], base: int) -> None:
         """Record how much of each limited drafter's proposal the round's tokens (all the target's) kept, where
@@ -235,10 +277,14 @@ class Chain:
         return level.context.behind(self.sequence) if level.is_model else 0
 
     def _append(self, token: int, origin: int) -> None:
+        if self.grammar is not None:
+            self.grammar.append(token)
         self.sequence.append(token)
         self.origins.append(origin)
 
     def _cut(self, length: int) -> None:
+        if self.grammar is not None:
+            self.grammar.truncate(length)
         self.sequence.truncate(length)
         del self.origins[length:]
 

@@ -74,16 +74,23 @@ class Pipeline:
 
     # --- generation -------------------------------------------------------------------------------
     def chat(self, messages: list[dict], sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
-             cancel=None) -> Generation:
-        """Stream the answer to a conversation; the target GGUF's chat template makes the prompt."""
+             cancel=None, tools: list[dict] | None = None, grammar: str | None = None,
+             special_text: bool = False) -> Generation:
+        """Stream the answer to a conversation; the target GGUF's chat template makes the prompt (with ``tools``,
+        OpenAI's function definitions, where the template takes them)."""
         from assistant.engine.chat_template import chat_prompt_tokens
 
-        return self.generate(chat_prompt_tokens(self.target, messages), sampling, max_tokens, stop, cancel)
+        return self.generate(chat_prompt_tokens(self.target, messages, tools), sampling, max_tokens, stop, cancel,
+                             grammar, special_text)
 
     def generate(self, prompt, sampling: Sampling = Sampling(), max_tokens: int = 512, stop=None,
-                 cancel=None) -> Generation:
+                 cancel=None, grammar: str | None = None, special_text: bool = False) -> Generation:
         """Stream the continuation of ``prompt`` (text or token ids): iterate for the TokenEvents, then read the
-        whole answer and its Stats from the Generation."""
+        whole answer and its Stats from the Generation. ``grammar`` (GBNF) constrains the answer, at every
+        level alike; a grammar llama.cpp refuses raises GrammarError before anything is generated.
+        ``special_text``: control tokens in the answer show as their text (tool-call markers), not as nothing."""
+        from assistant.engine.grammar import Grammar
+
         tokens = self.prompt_tokens(prompt)
         if len(tokens) >= self.n_ctx:
             raise AssistantError(
@@ -94,7 +101,8 @@ class Pipeline:
             stop = [stop]
         if max_tokens < 0:
             raise AssistantError(f"max_tokens must be 0 or more, not {max_tokens}")
-        return Generation(self._generate(tokens, sampling, max_tokens, stop, cancel))
+        constraint = None if grammar is None else Grammar(self.target, grammar, len(tokens), self.chain.n_shared)
+        return Generation(self._generate(tokens, sampling, max_tokens, stop, cancel, constraint, special_text))
 
     def tokenize(self, text: str) -> list[int]:
         return self.target.tokenize(text, add_special=True, parse_special=True)
@@ -115,7 +123,15 @@ class Pipeline:
             raise AssistantError("the prompt is empty")
         return tokens
 
-    def _generate(self, prompt: list[int], sampling, max_tokens, stop, cancel):
+    def _generate(self, prompt: list[int], sampling, max_tokens, stop, cancel, grammar=None, special_text=False):
+        try:
+            return (yield from self._stream(prompt, sampling, max_tokens, stop, cancel, grammar, special_text))
+        finally:
+            if grammar is not None:
+                self.chain.grammar = None
+                grammar.close()
+
+    def _stream(self, prompt: list[int], sampling, max_tokens, stop, cancel, grammar, special_text):
         from assistant.engine import TextStream
         from assistant.engine.sequence import TokenSequence
 
@@ -124,11 +140,11 @@ class Pipeline:
         began = time.perf_counter()
         decode_before = [_decode_seconds(level) for level in self.levels]
         chain = self.chain
-        chain.start(TokenSequence(prompt), sampling, self.policy)
+        chain.start(TokenSequence(prompt), sampling, self.policy, grammar)
         prompt_seconds = time.perf_counter() - began
         cached_tokens = len(prompt) - self.levels[0].context.last_batch  # kept from the previous generation
         first_token_seconds = None
-        text = TextStream(self.target)
+        text = TextStream(self.target, special_text)
         stops = StopStrings(stop)
         new_tokens, reason = 0, None
         while reason is None:

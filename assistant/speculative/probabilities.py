@@ -57,6 +57,11 @@ class Sampler:
         self._cumulative = np.empty(n_vocab, dtype=np.float64)
         self._mask = np.empty(n_vocab, dtype=bool)
 
+    @property
+    def truncates(self) -> bool:
+        """Whether top-k or top-p cut the distribution (the cut then depends on what else is allowed)."""
+        return bool(self.top_k) or self.top_p < 1.0
+
     def probabilities(self, logits: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Write the processed distribution of one logits row into ``out`` (float32, n_vocab)."""
         np.multiply(logits, self.inverse_temperature, out=out)
