@@ -23,13 +23,14 @@ from assistant.errors import AssistantError
 _UNKNOWN, _CONTROL, _LSTRIP, _RSTRIP = 1 << 0, 1 << 3, 1 << 7, 1 << 8
 
 
-def apply_chat_template(model, messages: list[dict]) -> str:
-    """The prompt text for ``messages``, ending where the assistant's answer begins."""
+def apply_chat_template(model, messages: list[dict], tools: list[dict] | None = None) -> str:
+    """The prompt text for ``messages``, ending where the assistant's answer begins; ``tools`` (OpenAI's function
+    definitions) go to the template as Hugging Face passes them."""
     _check_messages(messages)
-    return _render(_template(model), model, messages)
+    return _render(_template(model), model, messages, tools)
 
 
-def chat_prompt_tokens(model, messages: list[dict]) -> list[int]:
+def chat_prompt_tokens(model, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     """The chat prompt as token ids: the template's control tokens as such, the messages as plain text,
     with exactly one BOS where the model wants one.
 
@@ -37,10 +38,10 @@ def chat_prompt_tokens(model, messages: list[dict]) -> list[int]:
     sets add_bos adds another: the duplicate is dropped (llama.cpp warns about the same double BOS)."""
     _check_messages(messages)
     template = _template(model)
-    text = _render(template, model, messages)
-    parts = _template_and_message_parts(template, model, messages, text)
+    text = _render(template, model, messages, tools)
+    parts = _template_and_message_parts(template, model, messages, text, tools)
     if parts is None:  # a template we cannot follow: the messages lose their control tokens' spelling instead
-        text = _render(template, model, _without_control_text(model, messages))
+        text = _render(template, model, _without_control_text(model, messages), tools)
         tokens = model.tokenize(text, add_special=True, parse_special=True)
     else:
         lib = llama()
@@ -67,15 +68,15 @@ def _check_messages(messages) -> None:
             raise AssistantError(f"a chat message needs 'role' and 'content': {message!r}")
 
 
-def _render(template: str, model, messages: list[dict]) -> str:
+def _render(template: str, model, messages: list[dict], tools: list[dict] | None = None) -> str:
     try:
-        return _render_jinja(template, model, messages)
+        return _render_jinja(template, model, messages, tools)
     except ImportError:
         return _render_native(template, model, messages)
 
 
 # --- which characters of the prompt are the template's and which the messages' ----------------------
-def _template_and_message_parts(template: str, model, messages: list[dict], text: str):
+def _template_and_message_parts(template: str, model, messages: list[dict], text: str, tools=None):
     """``text`` cut into (piece, is_message_text) parts, or None where the template changes message text
     in a way we cannot follow (it branches on what a message says, or rewrites it beyond trimming).
 
@@ -93,7 +94,7 @@ def _template_and_message_parts(template: str, model, messages: list[dict], text
     if not contents:
         return [(text, False)]
     try:
-        skeleton = _render(template, model, marked)
+        skeleton = _render(template, model, marked, tools)
     except AssistantError:
         return None
     pieces = re.split(f"\ue000{nonce}\\.(\\d+)\ue001", skeleton)
@@ -177,13 +178,14 @@ def _without_control_text(model, messages: list[dict]) -> list[dict]:
 
 
 # --- rendering --------------------------------------------------------------------------------------
-def _render_jinja(template: str, model, messages: list[dict]) -> str:
+def _render_jinja(template: str, model, messages: list[dict], tools: list[dict] | None = None) -> str:
     import jinja2
 
     try:
         compiled = _compile(template)
         return compiled.render(
             messages=messages,
+            tools=tools,
             add_generation_prompt=True,
             bos_token=model.token_string(model.bos_token),
             eos_token=model.token_string(model.eos_token),
