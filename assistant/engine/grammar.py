@@ -6,8 +6,9 @@ states past the cut. llama.cpp aborts the process when a grammar is advanced by 
 advanced without being checked first.
 
 Checking one token is cheap; masking the whole vocabulary walks every token's text through the grammar. Greedy,
-and sampling without top-k or top-p, the unmasked choice is the masked one whenever the grammar allows it (the
-argmax over a subset that holds the winner), so the mask is computed only where it is not.
+and sampling without top-k or top-p, a choice is the highest score among the allowed tokens (the logit, or the
+probability over the position's noise), so ``best`` checks the unmasked winner, then the next best few, and
+masks the whole vocabulary only when none of them is allowed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from assistant.engine.backend import llama, recent_errors
 from assistant.errors import AssistantError
 
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+CANDIDATES = 64  # best-scoring tokens checked together before the whole vocabulary is masked
 
 
 class GrammarError(AssistantError):
@@ -41,6 +43,7 @@ class Grammar:
         self.start = start
         self._states = [root]  # _states[k]: after the answer's first k tokens
         self._one = np.zeros(1, dtype=_TOKEN_DATA)
+        self._some = np.zeros(min(CANDIDATES, n_vocab), dtype=_TOKEN_DATA)
         self._all = np.zeros(n_vocab, dtype=_TOKEN_DATA)
         self._all["id"] = np.arange(n_vocab, dtype=np.int32)
         self._masked = np.empty(n_vocab, dtype=np.float32)
@@ -92,12 +95,25 @@ class Grammar:
         np.copyto(self._masked, data["logit"])
         return self._masked
 
-    def best(self, position: int, logits: np.ndarray) -> int:
-        """The greedy choice at ``position``: the argmax of ``logits`` over what the grammar allows."""
-        token = int(logits.argmax())
-        if self.allows(position, token):
+    def best(self, position: int, scores: np.ndarray) -> int:
+        """The allowed token of highest score at ``position`` (the lowest id among equals, as argmax takes)."""
+        token = int(scores.argmax())
+        state = self._state(position)
+        if self._allows(state, token):
             return token
-        return int(self.masked(position, logits).argmax())
+        some = self._some
+        top = np.argpartition(scores, -some.shape[0])[-some.shape[0]:]
+        top = top[np.lexsort((top, -scores[top]))]
+        some["id"], some["logit"] = top, 0.0
+        self._apply(state, some)
+        allowed = np.flatnonzero(np.isfinite(some["logit"]))
+        if allowed.size:
+            return int(top[allowed[0]])
+        masked = self.masked(position, scores)
+        token = int(masked.argmax())
+        if not np.isfinite(masked[token]):
+            raise AssistantError("the grammar allows no token here: the constrained answer cannot go on")
+        return token
 
     def close(self) -> None:
         self.truncate(self.start)

@@ -213,29 +213,21 @@ class Chain:
 
     def _constrained_choices(self, level, rows, base: int):
         """``choice(j)``: as ``_row_choices`` or ``_sampled_choices`` for row j of ``rows``, among the tokens the
-        grammar allows at position base + j. The whole vocabulary is masked only where the unmasked choice is
-        forbidden, or where top-k or top-p would cut the masked distribution elsewhere than the unmasked one."""
+        grammar allows at position base + j: the best-scoring allowed token, except where top-k or top-p would
+        cut the masked distribution elsewhere than the unmasked one (the whole vocabulary is masked there)."""
         grammar, sampler, n_shared = self.grammar, self.sampler, self.n_shared
-
-        def masked(j: int) -> np.ndarray:
-            logits = grammar.masked(base + j, rows[j, :n_shared])
-            if not np.isfinite(logits.max()):
-                raise AssistantError("the grammar allows no token here: the constrained answer cannot go on")
-            return logits
-
         if sampler is None:
-            def choice(j: int) -> int:
-                token = int(rows[j, :n_shared].argmax())
-                return token if grammar.allows(base + j, token) else int(masked(j).argmax())
-            return choice
+            return lambda j: grammar.best(base + j, rows[j, :n_shared])
 
         def sampled(j: int) -> int:
             position = base + j
             if not sampler.truncates:
-                token = sampler.choose(sampler.probabilities(rows[j, :n_shared], level.scratch), position)
-                if grammar.allows(position, token):
-                    return token
-            return sampler.choose(sampler.probabilities(masked(j), level.scratch), position)
+                return grammar.best(position, sampler.scores(sampler.probabilities(rows[j, :n_shared], level.scratch),
+                                                             position))
+            masked = grammar.masked(position, rows[j, :n_shared])
+            if not np.isfinite(masked.max()):
+                raise AssistantError("the grammar allows no token here: the constrained answer cannot go on")
+            return sampler.choose(sampler.probabilities(masked, level.scratch), position)
         return sampled
 
     def _verify_choices(self, choice, base: int, drafted: int) -> tuple[int, int]:

@@ -104,8 +104,12 @@ class Sampler:
 
     def choose(self, probabilities: np.ndarray, position: int) -> int:
         """The token sampled at sequence ``position`` from ``probabilities`` (a processed distribution)."""
-        np.multiply(probabilities, self.noise.at(position), out=self._scratch)
-        return int(self._scratch.argmax())
+        return int(self.scores(probabilities, position).argmax())
+
+    def scores(self, probabilities: np.ndarray, position: int) -> np.ndarray:
+        """Each token's p / E at ``position``: the sample is the highest, and among some tokens (those a grammar
+        allows) the highest of theirs is the sample of the distribution restricted to them."""
+        return np.multiply(probabilities, self.noise.at(position), out=self._scratch)
 
 
 def top_probability(logits: np.ndarray, scratch: np.ndarray) -> float:
