@@ -12,7 +12,7 @@ import pytest
 from assistant.engine.grammar import Grammar, GrammarError
 from assistant.serve.schema_grammar import UnsupportedSchema, schema_grammar
 from assistant.speculative import Pipeline, Sampling
-from tests.schemas import SCHEMAS
+from assistant.bench.schemas import SCHEMAS
 
 
 @pytest.fixture(scope="module")

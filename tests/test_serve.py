@@ -157,6 +157,8 @@ def error_of(reply: dict) -> dict:
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello"}]
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 BAD_REQUESTS = [
     # (what, path, body, status, param)
     ("malformed JSON", CHAT, b'{"model": "demo", "messages": [', 400, None),
@@ -176,7 +178,27 @@ BAD_REQUESTS = [
     ("stop as a number", CHAT, {"model": "demo", "messages": HELLO, "stop": 5}, 400, "stop"),
     ("stream as text", CHAT, {"model": "demo", "messages": HELLO, "stream": "yes"}, 400, "stream"),
     ("n = 2", CHAT, {"model": "demo", "messages": HELLO, "n": 2}, 400, "n"),
-    ("tools", CHAT, {"model": "demo", "messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("a tool without a function", CHAT, {"model": "demo", "messages": HELLO, "tools": [{"type": "function"}]}, 400,
+     "tools[0].function"),
+    ("a tool name with spaces", CHAT, {"model": "demo", "messages": HELLO, "tools": [
+        {"type": "function", "function": {"name": "get weather"}}]}, 400, "tools[0].function.name"),
+    ("tool parameters that are no schema", CHAT, {"model": "demo", "messages": HELLO, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "objekt"}}}]}, 400,
+     "tools[0].function.parameters"),
+    ("tool_choice naming a missing tool", CHAT, {"model": "demo", "messages": HELLO, "tools": WEATHER,
+                                                 "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     400, "tool_choice"),
+    ("a tool message without a call", CHAT, {"model": "demo", "messages": HELLO + [
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}, 400, "messages[1].tool_call_id"),
+    ("a schema feature no grammar can honour", CHAT, {"model": "demo", "messages": HELLO, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer", "multipleOf": 3}}}}, 400,
+     "response_format.json_schema.schema"),
+    ("forced tool arguments no grammar can honour", CHAT, {"model": "demo", "messages": HELLO, "tool_choice": "required",
+                                                           "tools": [{"type": "function", "function": {
+                                                               "name": "f", "parameters": {"not": {}}}}]}, 400,
+     "tools[0].function.parameters"),
+    ("an unknown response_format", CHAT, {"model": "demo", "messages": HELLO, "response_format": {"type": "xml"}},
+     400, "response_format.type"),
     ("no model", CHAT, {"messages": HELLO}, 400, "model"),
     ("an unknown model", CHAT, {"model": "gpt-4o", "messages": HELLO}, 404, "model"),
     ("a prompt longer than the context", CHAT, {"model": "demo", "messages": [

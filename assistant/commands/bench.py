@@ -71,6 +71,11 @@ def add_arguments(parser):
                              "loopback (--threads threads), verifying 8 tokens against 1 after a prompt, by the "
                              "server's own timings (ASSISTANT_RPC_TIMINGS) and the client's, with our kernels there "
                              "and with llama.cpp's stock ones; writes remote-verify.json")
+    parser.add_argument("--constrained", action="store_true",
+                        help="measure constrained answers instead: twenty JSON schemas (serve's response_format) "
+                             "answered under their grammar by the chain and by the target alone, and unconstrained "
+                             "by the chain at the same lengths, alternating, on the default model set; writes "
+                             "constrained.json")
     parser.add_argument("--temperature", metavar="T,...",
                         help="measure sampled speed instead: every method at each temperature (0: greedy) and --top-p, "
                              "--seeds seeds per prompt, against the target alone and llama-speculative-simple at the "
@@ -105,6 +110,11 @@ def run(args) -> int:
         return _sampled(args, lengths)
     if args.serving:
         return _serving(args)
+    if args.constrained:
+        from assistant.bench import constrained
+
+        return _side_bench(args, "constrained answers", [], constrained.measure, "constrained.json", None,
+                           constrained.report, default_tokens=200)
     if args.attached:
         return _attached(args)
     if args.remote:

@@ -12,7 +12,9 @@ files, command output, earlier answers) are plain text to the tokenizer, so a fi
 from __future__ import annotations
 
 import ctypes
+import datetime
 import functools
+import json
 import re
 import secrets
 
@@ -204,6 +206,17 @@ def _raise_exception(message):
     raise TemplateRefusal(message)
 
 
+def _strftime_now(format: str) -> str:
+    """Today's date as templates print it (Mistral's and Granite's put it in their system prompt)."""
+    return datetime.datetime.now().strftime(format)
+
+
+def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False) -> str:
+    """JSON as Hugging Face renders it for templates: keys in their order, text unescaped (jinja2's own filter
+    sorts keys and escapes HTML characters, so tool schemas would reach the model reordered and escaped)."""
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+
+
 @functools.lru_cache(maxsize=8)
 def _compile(template: str):
     """Compiling takes milliseconds; a chat renders the same template on every turn."""
@@ -211,6 +224,8 @@ def _compile(template: str):
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     environment.globals["raise_exception"] = _raise_exception
+    environment.globals["strftime_now"] = _strftime_now
+    environment.filters["tojson"] = _tojson
     return environment.from_string(template)
 
 

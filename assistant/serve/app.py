@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from assistant.serve import protocol
+from assistant.serve import constraints, protocol
 from assistant.speculative.events import Generation
 from assistant.serve.generations import DONE, Generations, QueueFull, Started
 from assistant.serve.guard import BrowserGuard
@@ -51,6 +51,18 @@ class ChatShape:
     @staticmethod
     def whole(text: str, reason: str) -> dict:
         return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+
+    @staticmethod
+    def calls_piece(calls: list[dict]) -> dict:
+        """The tool calls of a streamed answer, each whole in one delta (clients join the pieces of a call by its
+        index, so one piece is a valid stream)."""
+        return {"index": 0, "delta": {"tool_calls": [{"index": index, **call} for index, call in enumerate(calls)]},
+                "logprobs": None, "finish_reason": None}
+
+    @staticmethod
+    def whole_with_calls(content: str, calls: list[dict]) -> dict:
+        return {"index": 0, "message": {"role": "assistant", "content": content or None, "tool_calls": calls},
+                "logprobs": None, "finish_reason": "tool_calls"}
 
 
 class CompletionShape:
@@ -126,6 +138,12 @@ class Server:
         generation = parse(await self.read_json(request))
         self.check(generation)
         generations = self.generations
+        calls = None  # the target's tool-call format, where the answer may call tools
+        if generation.tools and generation.tool_choice != "none":
+            from assistant.serve.tool_formats import tool_format
+
+            calls = tool_format(generations.pipeline.target.chat_template)
+        generation.grammar = constraints.answer_grammar(generation, calls)
         try:
             job = generations.submit(generation, asyncio.get_running_loop())
         except QueueFull:
@@ -137,7 +155,7 @@ class Server:
             if isinstance(first, ApiError):
                 raise first
             assert isinstance(first, Started), first
-            answer = Answer(shape, self.model_name, generations.pipeline.roles)
+            answer = Answer(shape, self.model_name, generations.pipeline.roles, calls)
             if generation.stream:
                 handed_over = True
                 return StreamingResponse(self.stream(job, answer, generation.include_usage, rest),
@@ -241,10 +259,14 @@ class Server:
 
 
 class Answer:
-    """Gathers one job's events into the response objects of its endpoint."""
+    """Gathers one job's events into the response objects of its endpoint. With ``calls`` (a tool-call format)
+    the answer's text is read for tool calls at its end; streamed, the text from where a call may begin is held
+    back until then."""
 
-    def __init__(self, shape, model_name: str, roles: list[str]):
-        self.shape, self.roles = shape, roles
+    def __init__(self, shape, model_name: str, roles: list[str], calls=None):
+        self.shape, self.roles, self.calls = shape, roles, calls
+        self.so_far = ""  # streamed with ``calls``: the text generated, of which ``self.shown`` characters went out
+        self.shown = 0
         self.base = {"id": protocol.new_id(shape.id_prefix), "created": protocol.now(), "model": model_name}
         self.text = ""  # the whole answer, once it has ended
         self.stats = None
@@ -261,8 +283,15 @@ class Answer:
             self.text, self.stats = event.text, event.stats
             if self.stats.stop_reason == "cancelled":  # only a client still listening sees this: we are stopping
                 self.error = ApiError(503, "the answer was cut short: the server is shutting down", code="shutdown")
-        elif event.text:
+        elif event.text and self.calls is None:
             return self.chunk([self.shape.piece(event.text)], include_usage)
+        elif event.text:
+            self.so_far += event.text
+            opening = self.calls.call_opening(self.so_far)
+            end = len(self.so_far) if opening is None else opening
+            if end > self.shown:
+                piece, self.shown = self.so_far[self.shown:end], end
+                return self.chunk([self.shape.piece(piece)], include_usage)
         return None
 
     def chunk(self, choices: list[dict], include_usage: bool, **extra) -> dict:
@@ -277,15 +306,29 @@ class Answer:
 
     def closing(self, include_usage: bool) -> list[dict]:
         reason = protocol.finish_reason(self.stats)
-        chunks = [self.chunk([self.shape.ending(reason)], include_usage,
-                             speculation=protocol.speculation(self.stats, self.roles))]
+        chunks = []
+        if self.calls is not None:
+            content, calls = self.calls.parse(self.text)
+            rest = content[self.shown:] if content.startswith(self.so_far[:self.shown]) else ""
+            if rest:
+                chunks.append(self.chunk([self.shape.piece(rest)], include_usage))
+            if calls:
+                chunks.append(self.chunk([self.shape.calls_piece(calls)], include_usage))
+                reason = "tool_calls"
+        chunks.append(self.chunk([self.shape.ending(reason)], include_usage,
+                                 speculation=protocol.speculation(self.stats, self.roles)))
         if include_usage:
             chunks.append(self.chunk([], True, usage=protocol.usage(self.stats)))
         return chunks
 
     def whole(self) -> dict:
         reason = protocol.finish_reason(self.stats)
-        return {**self.base, "object": self.shape.object, "choices": [self.shape.whole(self.text, reason)],
+        choice = self.shape.whole(self.text, reason)
+        if self.calls is not None:
+            content, calls = self.calls.parse(self.text)
+            if calls:
+                choice = self.shape.whole_with_calls(content, calls)
+        return {**self.base, "object": self.shape.object, "choices": [choice],
                 "usage": protocol.usage(self.stats), "speculation": protocol.speculation(self.stats, self.roles)}
 
 

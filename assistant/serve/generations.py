@@ -14,6 +14,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 
+from assistant.engine.grammar import GrammarError
 from assistant.errors import AssistantError
 from assistant.serve.protocol import ApiError, GenerationRequest
 
@@ -177,8 +178,12 @@ class Generations:
                     param, "context_length_exceeded")
             temperature = self.default_temperature if request.temperature is None else request.temperature
             sampling = Sampling(temperature, request.top_k, request.top_p, request.seed)
+            try:
+                answer = pipeline.generate(prompt, sampling, max_tokens, request.stop, job.cancelled, request.grammar,
+                                           special_text=bool(request.tools) and request.tool_choice != "none")
+            except GrammarError as error:
+                raise ApiError(400, str(error), "response_format" if request.response_format else "tools") from None
             job.emit(Started(len(prompt)))
-            answer = pipeline.generate(prompt, sampling, max_tokens, request.stop, job.cancelled)
             for event in answer:
                 job.emit(event)
             job.emit(answer)  # finished: the whole answer and its Stats

@@ -10,10 +10,26 @@ def prompt_tokens(pipeline, request: GenerationRequest) -> list[int]:
     if request.messages is not None:
         from assistant.engine.chat_template import chat_prompt_tokens
 
-        return chat_prompt_tokens(pipeline.target, request.messages)
+        messages, tools = with_tools(pipeline.target.chat_template, request)
+        return chat_prompt_tokens(pipeline.target, messages, tools)
     if request.suffix is not None:
         return infill_tokens(pipeline, request.prompt, request.suffix)
     return pipeline.prompt_tokens(request.prompt)
+
+
+def with_tools(template: str | None, request: GenerationRequest) -> tuple[list[dict], list[dict] | None]:
+    """The messages and tools for the chat template: as they are where the template renders tools, else
+    written into ordinary turns in the format the model's family calls tools in (tool_formats.py). With
+    tool_choice "none" the model is not shown the tools."""
+    from assistant.serve.tool_formats import template_supports_tools, tool_format
+
+    shown = request.tools if request.tool_choice != "none" else []
+    if template and template_supports_tools(template):
+        return request.messages, shown or None
+    history = any(message["role"] == "tool" or message.get("tool_calls") for message in request.messages)
+    if not shown and not history:
+        return request.messages, None
+    return tool_format(template).plain_conversation(request.messages, shown), None
 
 
 def infill_tokens(pipeline, prefix, suffix: str) -> list[int]:

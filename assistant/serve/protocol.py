@@ -3,15 +3,21 @@
 Every check failure is an ``ApiError`` carrying what OpenAI's own error object carries (status, message,
 type, param, code), so a client library shows our messages the way it shows OpenAI's. Fields we do not use
 (``user``, ``presence_penalty``…) are accepted and ignored, as other local servers do; fields that would
-change the answer in a way we cannot honour (``n`` > 1, tools, log-probabilities) are refused."""
+change the answer in a way we cannot honour (``n`` > 1, log-probabilities) are refused.
+
+Tools and tool messages are checked here and handed to the chat template as Hugging Face passes them (a call's
+arguments as an object); what they make the model write is read back by tool_formats.py."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_STOP_STRINGS = 16
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length", "cancelled": "stop"}
 
@@ -45,6 +51,11 @@ class GenerationRequest:
     messages: list[dict] | None = None
     prompt: str | list[int] | None = None
     suffix: str | None = None
+    tools: list[dict] = field(default_factory=list)  # OpenAI function tools, checked
+    tool_choice: str = "auto"  # "auto", "none", "required", or the name of the one tool to call
+    parallel_tool_calls: bool = True
+    response_format: dict | None = None  # {"type": "json_object"} or {"type": "json_schema", "schema": {...}}
+    grammar: str | None = None  # what the answer is held to (serve/constraints.py), set once the model is known
 
 
 def parse_chat(body) -> GenerationRequest:
@@ -53,11 +64,20 @@ def parse_chat(body) -> GenerationRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects", "messages")
-    request.messages = [_message(message, index) for index, message in enumerate(messages)]
-    _refuse_if(body.get("tools") or body.get("functions"), "tools", "tool and function calling is not supported")
-    response_format = body.get("response_format")
-    if response_format is not None and (not isinstance(response_format, dict) or response_format.get("type") != "text"):
-        raise ApiError(400, "only response_format {\"type\": \"text\"} is supported", "response_format")
+    calls: dict[str, str] = {}  # tool call id -> function name, from the assistant messages so far
+    request.messages = [_message(message, index, calls) for index, message in enumerate(messages)]
+    _refuse_if(body.get("functions") or body.get("function_call"), "functions",
+               "the legacy 'functions' field is not supported: send 'tools'")
+    request.tools = _tools(body.get("tools"))
+    request.tool_choice = _tool_choice(body.get("tool_choice"), request.tools)
+    parallel = body.get("parallel_tool_calls", True)
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ApiError(400, "'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+    request.parallel_tool_calls = parallel is not False
+    request.response_format = _response_format(body.get("response_format"))
+    if request.response_format and request.tools and request.tool_choice != "none":
+        raise ApiError(400, "'response_format' and 'tools' cannot constrain one answer together: send one of them "
+                       "(or tool_choice \"none\")", "response_format")
     _refuse_if(body.get("logprobs"), "logprobs", "log-probabilities are not supported")
     return request
 
@@ -128,7 +148,9 @@ def _common(body: dict) -> GenerationRequest:
     return request
 
 
-def _message(message, index: int) -> dict:
+def _message(message, index: int, calls: dict[str, str]) -> dict:
+    """One message as the chat template takes it; ``calls`` gathers the assistant's tool calls (id -> name), so a
+    ``tool`` message answers one of them."""
     where = f"messages[{index}]"
     if not isinstance(message, dict):
         raise ApiError(400, f"{where} must be an object with 'role' and 'content'", where)
@@ -147,7 +169,121 @@ def _message(message, index: int) -> dict:
         content = "".join(texts)
     if not isinstance(content, str):
         raise ApiError(400, f"{where}.content must be a string or a list of text parts", f"{where}.content")
-    return {"role": ROLES[role], "content": content}
+    checked = {"role": ROLES[role], "content": content}
+    if role == "assistant" and message.get("tool_calls"):
+        checked["tool_calls"] = _history_calls(message["tool_calls"], f"{where}.tool_calls", calls)
+    if role == "tool":
+        call = message.get("tool_call_id")
+        if not isinstance(call, str) or call not in calls:
+            raise ApiError(400, f"{where}.tool_call_id must name a tool call of an earlier assistant message, "
+                           f"not {call!r}", f"{where}.tool_call_id")
+        checked.update(tool_call_id=call, name=calls[call])
+    return checked
+
+
+def _history_calls(tool_calls, where: str, calls: dict[str, str]) -> list[dict]:
+    """An assistant message's tool calls, with their arguments as an object (how chat templates want them)."""
+    if not isinstance(tool_calls, list):
+        raise ApiError(400, f"{where} must be a list of tool calls", where)
+    checked = []
+    for index, call in enumerate(tool_calls):
+        at = f"{where}[{index}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ApiError(400, f"{at} must be {{id, type: \"function\", function: {{name, arguments}}}}", at)
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                raise ApiError(400, f"{at}.function.arguments is not valid JSON", f"{at}.function.arguments") from None
+        call_id = call.get("id") if isinstance(call.get("id"), str) else f"call_{index}"
+        calls[call_id] = function["name"]
+        checked.append({"id": call_id, "type": "function",
+                        "function": {"name": function["name"], "arguments": arguments}})
+    return checked
+
+
+def _tools(tools) -> list[dict]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ApiError(400, "'tools' must be a list of {type: \"function\", function: {...}} objects", "tools")
+    checked, names = [], set()
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise ApiError(400, f"{where}.type must be \"function\"", f"{where}.type")
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise ApiError(400, f"{where}.function must be an object with a name", f"{where}.function")
+        name = function.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise ApiError(400, f"{where}.function.name must be 1-64 letters, digits, '_' or '-', not {name!r}",
+                           f"{where}.function.name")
+        if name in names:
+            raise ApiError(400, f"{where}.function.name {name!r} is given twice", f"{where}.function.name")
+        names.add(name)
+        description = function.get("description", "")
+        if not isinstance(description, str):
+            raise ApiError(400, f"{where}.function.description must be a string", f"{where}.function.description")
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict):
+            raise ApiError(400, f"{where}.function.parameters must be a JSON schema object",
+                           f"{where}.function.parameters")
+        check_schema(parameters, f"{where}.function.parameters")
+        entry = {"name": name, "parameters": parameters}
+        if description:
+            entry["description"] = description
+        checked.append({"type": "function", "function": entry})
+    return checked
+
+
+def _tool_choice(choice, tools: list[dict]) -> str:
+    if choice is None:
+        return "auto" if tools else "none"
+    if choice in ("auto", "none", "required"):
+        if choice == "required" and not tools:
+            raise ApiError(400, "tool_choice \"required\" needs 'tools'", "tool_choice")
+        return choice if tools else "none"
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not isinstance(name, str):
+        raise ApiError(400, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                       "{type: \"function\", function: {name}}", "tool_choice")
+    if name not in {tool["function"]["name"] for tool in tools}:
+        raise ApiError(400, f"tool_choice names {name!r}, which is not one of 'tools'", "tool_choice")
+    return name
+
+
+def _response_format(response_format) -> dict | None:
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise ApiError(400, "response_format.json_schema.schema must be a JSON schema object",
+                           "response_format.json_schema.schema")
+        check_schema(schema, "response_format.json_schema.schema")
+        return {"type": "json_schema", "schema": schema}
+    raise ApiError(400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\"",
+                   "response_format.type")
+
+
+def check_schema(schema: dict, where: str) -> None:
+    """A JSON schema that is one by the JSON Schema meta-schema (its own $schema, else 2020-12)."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as error:
+        path = "".join(f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
+        raise ApiError(400, f"{where}{path} is not a valid JSON schema: {error.message}", where) from None
 
 
 def _stop(stop) -> list[str]:

@@ -1,5 +1,6 @@
 """Twenty JSON schemas of the kinds editors and agents send as `response_format` (objects, arrays, enums,
-nesting, required and optional fields, bounded numbers, patterns), each with a prompt that asks for it."""
+nesting, required and optional fields, bounded numbers, patterns), each with what to ask for: `bench
+--constrained` and the constrained-decoding tests."""
 
 SCHEMAS = [
     ("a person", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
