@@ -40,17 +40,16 @@ def test_the_chain_answers_every_schema_as_the_target_alone(demo_pipelines, what
     assert answer.tokens == ask(target, what, grammar).tokens
 
 
-@pytest.mark.parametrize("index", [0, 11, 19])
-def test_sampled_constrained_answers_follow_the_seed_whatever_drafts(demo_pipelines, index):
+@pytest.mark.parametrize("index, seed", [(11, 1), (19, 2)])
+def test_sampled_constrained_answers_follow_the_seed_whatever_drafts(demo_pipelines, index, seed):
     chain, target = demo_pipelines
     what, schema = SCHEMAS[index]
     grammar = schema_grammar(schema)
-    for seed in (1, 2):
-        for top_p in (1.0, 0.9):  # top-p cuts the masked distribution: the whole vocabulary is masked there
-            sampling = Sampling(temperature=0.8, top_p=top_p, seed=seed)
-            answer = ask(chain, what, grammar, sampling)
-            jsonschema.validate(json.loads(answer.text), schema)
-            assert answer.tokens == ask(target, what, grammar, sampling).tokens
+    for top_p in (1.0, 0.9):  # top-p cuts the masked distribution: the whole vocabulary is masked there
+        sampling = Sampling(temperature=0.8, top_p=top_p, seed=seed)
+        answer = ask(chain, what, grammar, sampling)
+        jsonschema.validate(json.loads(answer.text), schema)
+        assert answer.tokens == ask(target, what, grammar, sampling).tokens
 
 
 def accepts(model, grammar_text: str, text: str) -> bool:
