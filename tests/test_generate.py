@@ -88,8 +88,16 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
     cut.write_bytes(data[:len(data) * 9 // 10])
     short = tmp_path / "short.gguf"  # the last weight's last bytes missing
     short.write_bytes(data[:-100])
+    (tmp_path / "odd.json").write_text('{"type": "integer", "multipleOf": 2}')
+    (tmp_path / "broken.json").write_text('{"type": ')
+    (tmp_path / "undefined.gbnf").write_text("root ::= nothing\n")
     cases = {
         "vocabulary differs from the target": ["hi", "--target", target, "--draft", foreign],
+        "odd.json: not a JSON schema we can hold answers to at multipleOf": ["hi", "--json-schema",
+                                                                             tmp_path / "odd.json"],
+        "broken.json: not a JSON schema": ["hi", "--json-schema", tmp_path / "broken.json"],
+        "refused the grammar: Undefined rule identifier 'nothing'": ["hi", "--target", target, "--grammar",
+                                                                     tmp_path / "undefined.gbnf"],
         "missing.gguf: no such GGUF file": ["hi", "--target", tmp_path / "missing.gguf"],
         "damaged.gguf: truncated or damaged GGUF file": ["hi", "--target", target, "--draft", damaged],
         "cut.gguf: truncated or damaged GGUF file": ["hi", "--target", target, "--draft", cut],
@@ -104,6 +112,22 @@ def test_bad_input_gives_one_line_errors(bench_gguf, tmp_path):
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_json_schema_holds_the_answer_to_it(chain, bench_gguf, tmp_path):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "size": {"type": "integer", "minimum": 1, "maximum": 9}},
+              "required": ["name", "size"], "additionalProperties": False}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    answers = []
+    for models in (chain, ["--target", bench_gguf["target_bf16"]]):
+        result = generate("Describe a list as JSON.", *models, "--json-schema", tmp_path / "schema.json", "-n", "60",
+                          "--json")
+        assert result.returncode == 0, result.stderr
+        answers.append(json.loads(result.stdout))
+    value = json.loads(answers[0]["text"])
+    assert set(value) == {"name", "size"} and 1 <= value["size"] <= 9 and len(value["name"]) <= 12
+    assert answers[0]["tokens"] == answers[1]["tokens"]
 
 
 def test_fresh_data_directory_answers_with_the_demo_set():

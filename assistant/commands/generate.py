@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from assistant.errors import AssistantError
 
@@ -50,11 +51,48 @@ def add_arguments(parser):
     sampling.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = off)")
     sampling.add_argument("--seed", type=int, help="random seed for sampling: the same seed gives the same answer, "
                           "with any --levels (it is the target's own sample for that seed)")
+    constraint = parser.add_argument_group("constrained output").add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", type=Path, metavar="FILE",
+                            help="answer with JSON that this JSON schema accepts (held to it at every level, as "
+                                 "serve's response_format; keywords a grammar cannot enforce are refused)")
+    constraint.add_argument("--grammar", type=Path, metavar="FILE", help="answer in this GBNF grammar (llama.cpp's "
+                                                                          "grammar text, start rule 'root')")
     parser.add_argument("-n", "--max-tokens", type=int, default=512, help="most new tokens (default 512)")
     parser.add_argument("--stop", action="append", default=[], help="stop when this text appears (repeatable)")
     parser.add_argument("--stats", action="store_true", help="print per-level statistics to stderr at the end, with the chain shapes "
                         "used (rounds each) and the policy's predicted time per token of every shape")
     parser.add_argument("--json", action="store_true", help="print one JSON line with the text, token ids and stats")
+
+
+def _grammar(args) -> str | None:
+    """The grammar text of --json-schema or --grammar, read (a schema checked and compiled) before anything
+    loads; llama.cpp checks a grammar's text against the vocabulary once the target is loaded."""
+    import json
+
+    path = args.json_schema or args.grammar
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise AssistantError(f"{path}: cannot read it ({error})") from None
+    if args.grammar:
+        return text
+    from assistant.serve.protocol import ApiError, check_schema
+    from assistant.serve.schema_grammar import UnsupportedSchema, schema_grammar
+
+    try:
+        schema = json.loads(text)
+        if not isinstance(schema, dict):
+            raise ValueError("a JSON schema is an object")
+        check_schema(schema, "the schema")
+        return schema_grammar(schema)
+    except ValueError as error:  # JSONDecodeError and UnsupportedSchema are ValueErrors
+        where = f" at {error.path}" if isinstance(error, UnsupportedSchema) and error.path else ""
+        raise AssistantError(f"{path}: not a JSON schema we can hold answers to{where}: "
+                             f"{getattr(error, 'message', error)}") from None
+    except ApiError as error:
+        raise AssistantError(f"{path}: {error.message}") from None
 
 
 def run(args) -> int:
@@ -66,6 +104,7 @@ def run(args) -> int:
 
     from assistant import attachments
 
+    grammar = _grammar(args)
     question = _read_prompt(args)
     files = [attachments.read_file(path) for path in args.file]
     prompt = attachments.with_attachments(question, files)
@@ -80,10 +119,11 @@ def run(args) -> int:
     with pipeline:
         if args.raw:
             answer = pipeline.generate(raw_prompt_tokens(pipeline.target, question, files), sampling,
-                                       args.max_tokens, args.stop)
+                                       args.max_tokens, args.stop, grammar=grammar)
         else:
             messages = attachments.system_messages(args.system, attachments.system_note(files))
-            answer = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop)
+            answer = pipeline.chat(messages + [{"role": "user", "content": prompt}], sampling, args.max_tokens, args.stop,
+                                   grammar=grammar)
         if args.json:
             answer.finish()
             print(json.dumps({"text": answer.text, "tokens": answer.tokens, "levels": answer.levels,

@@ -13,15 +13,37 @@ masks the whole vocabulary only when none of them is allowed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import sys
+import tempfile
 
 import numpy as np
 
-from assistant.engine.backend import llama, recent_errors
+from assistant.engine.backend import llama
 from assistant.errors import AssistantError
 
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 CANDIDATES = 64  # best-scoring tokens checked together before the whole vocabulary is masked
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """What native code writes to standard error meanwhile, kept from the terminal: yields a function giving
+    its lines once the block has ended."""
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines += capture.read().decode("utf-8", errors="replace").splitlines()
 
 
 class GrammarError(AssistantError):
@@ -34,11 +56,12 @@ class Grammar:
 
     def __init__(self, model, text: str, start: int, n_vocab: int):
         lib = llama()
-        recent_errors.clear()
-        root = lib.llama_sampler_init_grammar(model.vocab, text.encode(), b"root")
-        if not root:
-            detail = "; ".join(recent_errors) or "it does not parse"
-            raise GrammarError(f"llama.cpp refused the grammar: {detail}")
+        with _stderr_captured() as printed:
+            root = lib.llama_sampler_init_grammar(model.vocab, text.encode(), b"root")
+        if not root:  # llama.cpp prints the parse error itself: it goes into our one line instead
+            reason = next((line.split("error parsing grammar:", 1)[1].strip() for line in printed()
+                           if "error parsing grammar:" in line), "it does not parse")
+            raise GrammarError(f"llama.cpp refused the grammar: {reason}")
         self._lib = lib
         self.start = start
         self._states = [root]  # _states[k]: after the answer's first k tokens
