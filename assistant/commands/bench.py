@@ -71,6 +71,13 @@ def add_arguments(parser):
                              "loopback (--threads threads), verifying 8 tokens against 1 after a prompt, by the "
                              "server's own timings (ASSISTANT_RPC_TIMINGS) and the client's, with our kernels there "
                              "and with llama.cpp's stock ones; writes remote-verify.json")
+    parser.add_argument("--drafts", metavar="SET",
+                        help="measure drafts compressed from the model set SET's target instead: casts to fewer bits "
+                             "and blocks dropped by a greedy search (--draft-steps), each with its agreement with "
+                             "the target's own text, its cost per token and the predicted speedup, then the best "
+                             "one measured as target <- it; writes drafts.json and drafts.md")
+    parser.add_argument("--draft-steps", type=int, default=3, metavar="N",
+                        help="blocks the greedy search drops, one a step, for --drafts (default 3)")
     parser.add_argument("--constrained", action="store_true",
                         help="measure constrained answers instead: twenty JSON schemas (serve's response_format) "
                              "answered under their grammar by the chain and by the target alone, and unconstrained "
@@ -110,6 +117,8 @@ def run(args) -> int:
         return _sampled(args, lengths)
     if args.serving:
         return _serving(args)
+    if args.drafts:
+        return _drafts(args)
     if args.constrained:
         from assistant.bench import constrained
 
@@ -268,6 +277,27 @@ def _model_set(args, lengths: tuple[int, ...]) -> int:
     (args.out / "bench.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     text = set_report.markdown(result)
     (args.out / "bench.md").write_text(text)
+    print(text)
+    return 0
+
+
+def _drafts(args) -> int:
+    """`--drafts SET`: compressed drafts of SET's target, measured and ranked (bench/drafts.py)."""
+    from assistant import modelsets
+    from assistant.bench import drafts, report
+
+    if args.draft_steps < 0:
+        raise AssistantError(f"--draft-steps must be 0 or more, not {args.draft_steps}")
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    machine = report.machine()
+    model_set = modelsets.get(args.drafts)
+    say(f"[bench] compressed drafts of {model_set.name!r} on {machine['cpu']} ({machine['kernels']})")
+    result = drafts.run(model_set, args.cache, args.threads, args.draft_steps, say=say)
+    result["machine"] = machine
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(result, args.out / "drafts.json")
+    text = drafts.markdown(result, machine)
+    (args.out / "drafts.md").write_text(text)
     print(text)
     return 0
 

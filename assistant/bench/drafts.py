@@ -1,0 +1,105 @@
+"""`bench --drafts SET`: the table of "Draft Model Generation for Speculative Decoding" on this machine, for one
+model set's target: every compressed candidate (the set's own drafts, casts to fewer bits, blocks dropped by the
+greedy search, on the target and on its MXFP4 copy) with its size, agreement with the target's own text, cost
+per token and the predicted speedup of target <- it; then target <- the best predicted candidate against the
+target alone, measured over whole requests (alternating, greedy, the answers must be the target's)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+REPEATS = 3
+
+
+def run(model_set, cache: Path, threads: int, steps: int = 3, say=print) -> dict:
+    from assistant.drafts.agreement import measure, predicted_speedup, self_written
+    from assistant.drafts.search import CASTS, cast, dropped_blocks
+    from assistant.engine import Model
+
+    target = Path(model_set.levels[0].path)
+    workdir = cache / "drafts" / model_set.name
+    workdir.mkdir(parents=True, exist_ok=True)
+    say(f"[bench] the target's own text: {target.name}")
+    references = self_written(target, threads=threads)
+    with Model(target, vocab_only=True) as model:
+        n_vocab = model.n_vocab
+    itself = measure(target, references, n_vocab, threads)
+    rows = [_row("the target itself", "", itself, itself)]
+    for level in model_set.levels[1:]:
+        rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
+                         itself))
+    for file_type in CASTS:
+        say(f"[bench] cast to {file_type}")
+        try:
+            rows.append(_row("cast", file_type, measure(cast(target, file_type, workdir), references, n_vocab,
+                                                        threads), itself))
+        except AssistantError as error:  # e.g. a target that is already quantized
+            say(f"  {error}")
+    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
+                                      if level.role == "mxfp4"]
+    for name, source in sources:
+        say(f"[bench] greedy block selection on the {name} ({steps} steps)")
+        for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
+            rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
+    for row in rows:
+        row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
+            row["agreement"], row["seconds_per_token"], itself.seconds_per_token)
+    best = max(rows[1:], key=lambda row: row["predicted_speedup"])
+    say(f"[bench] target <- {best['method']} {best['setting']} against the target alone, whole requests")
+    measured = _chain_speedup(target, Path(best["path"]), references, threads)
+    return {"model_set": model_set.name, "target": str(target), "threads": threads, "steps": steps,
+            "reference_tokens": sum(len(r.answer) for r in references), "rows": rows, "best": best,
+            "measured": measured}
+
+
+def _row(method: str, setting: str, measured, itself) -> dict:
+    return {"method": method, "setting": setting, "path": str(measured.path), "size": measured.size,
+            "agreement": measured.agreement, "seconds_per_token": measured.seconds_per_token,
+            "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token}
+
+
+def _chain_speedup(target: Path, draft: Path, references, threads: int) -> dict:
+    """Tokens/s of target <- draft over the target alone on the reference prompts, medians of REPEATS runs."""
+    from assistant.speculative import Pipeline, Sampling
+
+    pipelines = {"chain": Pipeline.load([target, draft], threads=threads, ngram=False),
+                 "target": Pipeline.load([target], threads=threads, ngram=False)}
+    try:
+        ratios, differing = [], 0
+        for index, reference in enumerate(references):
+            seconds = {name: [] for name in pipelines}
+            answers = {}
+            for repeat in range(REPEATS):
+                for name in (list(pipelines) if (index + repeat) % 2 == 0 else list(pipelines)[::-1]):
+                    began = time.perf_counter()
+                    answers[name] = pipelines[name].generate(reference.prompt, Sampling(),
+                                                             len(reference.answer)).finish().tokens
+                    seconds[name].append(time.perf_counter() - began)
+            differing += answers["chain"] != answers["target"]
+            ratios.append(statistics.median(seconds["target"]) / statistics.median(seconds["chain"]))
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    return {"speedups": ratios, "geomean": statistics.geometric_mean(ratios), "answers_differing": differing}
+
+
+def markdown(result: dict, machine: dict) -> str:
+    lines = [f"# `assistant bench --drafts {result['model_set']}`", "",
+             f"CPU: {machine['cpu']} ({machine['kernels']}), {result['threads']} threads. Reference: the target's own "
+             f"greedy answers to 4 neutral coding requests ({result['reference_tokens']} tokens), teacher-forced.", "",
+             "| draft | setting | file MB | agreement | ms / token | cost x target | predicted speedup (length) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in result["rows"]:
+        lines.append(f"| {row['method']} | {row['setting'] or '-'} | {row['size'] / 1e6:.0f} | {row['agreement']:.3f} | "
+                     f"{row['seconds_per_token'] * 1e3:.2f} | {row['cost_vs_target']:.2f} | "
+                     f"{row['predicted_speedup']:.2f}x ({row['predicted_length']}) |")
+    best, measured = result["best"], result["measured"]
+    lines += ["", f"Best predicted: {best['method']} {best['setting']}. Measured, target <- it over the target alone "
+              f"(whole requests, medians of {REPEATS}, alternating): {measured['geomean']:.3f}x (per prompt "
+              + ", ".join(f"{r:.2f}x" for r in measured["speedups"]) + f"); {measured['answers_differing']} answers "
+              "differing from the target alone."]
+    return "\n".join(lines) + "\n"

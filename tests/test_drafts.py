@@ -1,0 +1,68 @@
+"""Drafts compressed from the target's own file (issue 54): agreement measured on the target's own text, the
+greedy block search, and `assistant bench --drafts` end to end on the bench pair."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from assistant import modelsets
+from assistant.drafts.agreement import measure, predicted_speedup, self_written
+from assistant.drafts.search import dropped_blocks
+
+
+@pytest.fixture(scope="module")
+def references(demo_gguf):
+    return self_written(demo_gguf["target_bf16"], tokens=24, threads=1)
+
+
+def test_the_target_agrees_with_its_own_text_and_its_mxfp4_copy_less(imported_smollm2):
+    """On the real demo model: batched and token by token round alike with our kernels, so the target agrees with
+    its own text; its MXFP4 copy, a quarter of its bytes, agrees less and costs less."""
+    references = self_written(imported_smollm2["bf16"], tokens=32, threads=1)
+    assert len(references) == 4 and all(0 < len(r.answer) <= 32 for r in references)
+    itself = measure(imported_smollm2["bf16"], references, 49152, threads=1)
+    copy = measure(imported_smollm2["mxfp4"], references, 49152, threads=1)
+    assert itself.agreement >= 0.99 and copy.agreement < 0.95
+    assert copy.size < itself.size / 3 and copy.seconds_per_token < itself.seconds_per_token
+
+
+def test_the_greedy_search_drops_the_block_that_costs_least(demo_gguf, references, tmp_path):
+    (first, measured), = dropped_blocks(demo_gguf["target_bf16"], references, 8192, tmp_path, steps=1, threads=1)
+    assert len(first) == 1 and measured.path.exists()
+    assert [path.name for path in tmp_path.iterdir()] == [measured.path.name]  # the losers are deleted
+    from assistant.drafts.blocks import without_blocks
+
+    for block in range(8):  # no other single block keeps more agreement
+        if block not in first:
+            other = measure(without_blocks(demo_gguf["target_bf16"], {block}, tmp_path / "other.gguf"), references,
+                            8192, threads=1)
+            assert other.agreement <= measured.agreement
+
+
+def test_predicted_speedup():
+    assert predicted_speedup(0.0, 0.1, 1.0) == (1.0, 0)  # a draft never kept does not pay
+    speedup, length = predicted_speedup(0.8, 0.1, 1.0)
+    assert speedup > 1.5 and 1 <= length <= 8
+    assert predicted_speedup(0.8, 0.5, 1.0)[0] < speedup  # dearer drafts pay less
+
+
+def test_bench_drafts_writes_the_table(demo_gguf, tmp_path):
+    home = tmp_path / "home"
+    modelsets.register("pair", [modelsets.Level("target", demo_gguf["target_bf16"]),
+                                modelsets.Level("mxfp4", demo_gguf["target_mxfp4"])], models_dir=home / "models")
+    env = {**os.environ, "ASSISTANT_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "assistant", "bench", "--drafts", "pair", "--draft-steps", "1",
+                           "--threads", "1", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out" / "drafts.json").read_text())
+    methods = [row["method"] for row in result["rows"]]
+    assert methods[:2] == ["the target itself", "the set's mxfp4"]
+    assert methods.count("cast") == 3 and "target without blocks" in methods and "mxfp4 without blocks" in methods
+    assert result["measured"]["answers_differing"] == 0
+    assert "| draft | setting |" in (tmp_path / "out" / "drafts.md").read_text()
