@@ -50,10 +50,17 @@ def run(model_set, cache: Path, threads: int, steps: int = 3, say=print) -> dict
             row["agreement"], row["seconds_per_token"], itself.seconds_per_token)
     best = max(rows[1:], key=lambda row: row["predicted_speedup"])
     say(f"[bench] target <- {best['method']} {best['setting']} against the target alone, whole requests")
-    measured = _chain_speedup(target, Path(best["path"]), references, threads)
+    measured = _chain_speedup([target, Path(best["path"])], [target], references, threads)
+    costs = {Path(row["path"]): row["seconds_per_token"] for row in rows}
+    drafts = sorted([Path(level.path) for level in model_set.levels[1:]] + [Path(best["path"])],
+                    key=lambda path: -costs[path])  # the dearer (and closer) draft nearer the target
+    say(f"[bench] the default chain with it ({', '.join(path.name for path in [target, *drafts])}) against "
+        "the default chain without it")
+    default = [Path(level.path) for level in model_set.levels]
+    with_it = _chain_speedup([target, *drafts], default, references, threads) if len(default) > 1 else measured
     return {"model_set": model_set.name, "target": str(target), "threads": threads, "steps": steps,
             "reference_tokens": sum(len(r.answer) for r in references), "rows": rows, "best": best,
-            "measured": measured}
+            "measured": measured, "default_chain": with_it}
 
 
 def _row(method: str, setting: str, measured, itself) -> dict:
@@ -62,12 +69,13 @@ def _row(method: str, setting: str, measured, itself) -> dict:
             "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token}
 
 
-def _chain_speedup(target: Path, draft: Path, references, threads: int) -> dict:
-    """Tokens/s of target <- draft over the target alone on the reference prompts, medians of REPEATS runs."""
+def _chain_speedup(chain: list[Path], baseline: list[Path], references, threads: int) -> dict:
+    """Tokens/s of the chain of GGUF files ``chain`` over ``baseline``'s on the reference prompts, medians of
+    REPEATS runs each, alternating; a chain of several files gets the n-gram level too, as a model set's does."""
     from assistant.speculative import Pipeline, Sampling
 
-    pipelines = {"chain": Pipeline.load([target, draft], threads=threads, ngram=False),
-                 "target": Pipeline.load([target], threads=threads, ngram=False)}
+    pipelines = {"chain": Pipeline.load(chain, threads=threads, ngram=len(chain) > 2),
+                 "target": Pipeline.load(baseline, threads=threads, ngram=len(baseline) > 1)}
     try:
         ratios, differing = [], 0
         for index, reference in enumerate(references):
@@ -102,4 +110,8 @@ def markdown(result: dict, machine: dict) -> str:
               f"(whole requests, medians of {REPEATS}, alternating): {measured['geomean']:.3f}x (per prompt "
               + ", ".join(f"{r:.2f}x" for r in measured["speedups"]) + f"); {measured['answers_differing']} answers "
               "differing from the target alone."]
+    default = result["default_chain"]
+    lines += ["", f"The set's default chain with it, over the default chain without it: {default['geomean']:.3f}x (per "
+              "prompt " + ", ".join(f"{r:.2f}x" for r in default["speedups"]) + f"); {default['answers_differing']} "
+              "answers differing."]
     return "\n".join(lines) + "\n"
