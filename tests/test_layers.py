@@ -19,6 +19,7 @@ LAYERS = (
     ("model files: conversion, model sets, downloads",
      ("converters.*", "assistant.modelsets", "assistant.hub", "assistant.demo")),
     ("speculative decoding", ("assistant.speculative.*",)),
+    ("drafts compressed from a target", ("assistant.drafts.*",)),
     ("conversations", ("assistant.conversation.*", "assistant.attachments")),
     ("front ends and the bench", ("assistant.serve.*", "assistant.ui.*", "assistant.bench.*")),
     ("commands", ("assistant.commands.*",)),
