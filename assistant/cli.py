@@ -11,7 +11,8 @@ import sys
 from assistant import __version__
 from assistant.errors import AssistantError
 
-COMMANDS = ("chat", "generate", "serve", "convert", "import", "pull", "models", "bench", "doctor", "rpc-server")
+COMMANDS = ("chat", "generate", "serve", "convert", "import", "pull", "draft", "models", "bench", "doctor",
+            "rpc-server")
 DEFAULT_COMMAND = "chat"
 MODULES = {"import": "import_gguf"}  # a command whose name is a Python keyword
 

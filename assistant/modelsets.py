@@ -5,11 +5,14 @@ The registry is one JSON file in the models directory, written atomically:
     {"default": "demo", "sets": {"demo": {"levels": [{"role": "target", "path": "demo.bf16.gguf"}, ...],
                                           "description": "what the set is, for `models list` and the chat"}}}
 
-Paths are stored relative to the models directory when they live inside it, so the directory can move.
+Paths are stored relative to the models directory when they live inside it, so the directory can move. A draft
+made from the target's own weights (`assistant draft`) also stores the target's fingerprint as ``made_from``:
+once the target file changes, the draft no longer tracks it and the set is refused until it is made again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ class ModelSetError(AssistantError):
 class Level:
     role: str  # "target", "mxfp4" (direct cast of the target), "draft" (a smaller model), or free text
     path: Path
+    made_from: str | None = None  # fingerprint() of the target this draft was compressed from
 
     @property
     def size_bytes(self) -> int:
@@ -59,11 +63,43 @@ class ModelSet:
     def missing_files(self) -> list[Path]:
         return [level.path for level in self.levels if not level.path.exists()]
 
+    def stale_levels(self) -> list[Level]:
+        """Drafts made from the target's weights (``made_from``) whose target file has changed since."""
+        made = [level for level in self.levels[1:] if level.made_from]
+        if not made or not self.target.path.exists():
+            return []
+        current = fingerprint(self.target.path)
+        return [level for level in made if level.made_from != current]
+
+    def check_fresh(self) -> None:
+        """Refuse the set, in one line, where a draft made from its target no longer matches the target."""
+        stale = self.stale_levels()
+        if stale:
+            raise ModelSetError(f"model set {self.name!r}: {stale[0].path} was made from an earlier version of "
+                                f"{self.target.path}; run `assistant draft {self.name}` to make it again")
+
     def first(self, count: int) -> "ModelSet":
         """The chain cut to its first ``count`` levels (1 = the target alone)."""
         if not 1 <= count <= len(self.levels):
             raise ModelSetError(f"model set {self.name!r} has {len(self.levels)} levels, not {count}")
         return ModelSet(self.name, self.levels[:count], self.target_rpc, self.description)
+
+
+FINGERPRINT_PIECES = 16
+FINGERPRINT_PIECE_BYTES = 64 * 1024
+
+
+def fingerprint(path: Path) -> str:
+    """A digest of a file's size, its header and 16 pieces spread over it: one MiB read, cheap at every load,
+    and different for any other model or re-quantization of it."""
+    digest = hashlib.sha256()
+    size = Path(path).stat().st_size
+    digest.update(str(size).encode())
+    with open(path, "rb") as file:
+        for piece in range(FINGERPRINT_PIECES):
+            file.seek(size * piece // FINGERPRINT_PIECES)
+            digest.update(file.read(FINGERPRINT_PIECE_BYTES))
+    return digest.hexdigest()[:32]
 
 
 def registry_path(models_dir: Path | None = None) -> Path:
@@ -109,7 +145,8 @@ def list_sets(models_dir: Path | None = None) -> tuple[list[ModelSet], str | Non
     models_dir = models_dir or home.models_dir()
     data = _read(models_dir)
     sets = [
-        ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"])) for lv in entry["levels"]],
+        ModelSet(name, [Level(lv["role"], _resolve(models_dir, lv["path"]), lv.get("made_from"))
+                        for lv in entry["levels"]],
                  entry.get("target_rpc"), entry.get("description"))
         for name, entry in data["sets"].items()
     ]
@@ -137,7 +174,8 @@ def register(name: str, levels: list[Level], make_default: bool = False, models_
     models_dir = models_dir or home.models_dir()
     data = _read(models_dir)
     remote = data["sets"].get(name, {}).get("target_rpc")  # where the target runs is the machine's, kept
-    data["sets"][name] = {"levels": [{"role": lv.role, "path": _store(models_dir, lv.path)} for lv in levels]}
+    data["sets"][name] = {"levels": [{"role": lv.role, "path": _store(models_dir, lv.path)}
+                                     | ({"made_from": lv.made_from} if lv.made_from else {}) for lv in levels]}
     if remote:
         data["sets"][name]["target_rpc"] = remote
     if description:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -66,3 +67,47 @@ def test_bench_drafts_writes_the_table(demo_gguf, tmp_path):
     assert methods.count("cast") == 3 and "target without blocks" in methods and "mxfp4 without blocks" in methods
     assert result["measured"]["answers_differing"] == 0
     assert "| draft | setting |" in (tmp_path / "out" / "drafts.md").read_text()
+
+
+def _assistant(home):
+    env = {**os.environ, "ASSISTANT_HOME": str(home)}
+    return lambda *args: subprocess.run([sys.executable, "-m", "assistant", *args], env=env, capture_output=True,
+                                        text=True, timeout=600)
+
+
+def test_assistant_draft_adds_the_best_candidate_to_the_set(demo_gguf, tmp_path):
+    """A set of the target alone gains a cast of it; answers stay the target's; the draft is refused once the
+    target file changes, and the next `assistant draft` replaces it."""
+    home = tmp_path / "home"
+    models = home / "models"
+    models.mkdir(parents=True)
+    target = models / "t.bf16.gguf"
+    shutil.copyfile(demo_gguf["target_bf16"], target)
+    modelsets.register("solo", [modelsets.Level("target", target)], models_dir=models)
+    run = _assistant(home)
+    dry = run("draft", "solo", "--dry-run", "--threads", "1")
+    assert dry.returncode == 0, dry.stderr
+    assert "would gain cast" in dry.stdout and len(modelsets.get("solo", models).levels) == 1  # nothing changed
+    done = run("draft", "solo", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    target_level, added = modelsets.get("solo", models).levels
+    assert "added cast" in done.stdout and added.role == "draft" and added.made_from
+    assert added.path.is_relative_to(models) and added.path.exists()
+    assert not [path for path in models.iterdir() if path.name.startswith("assistant-draft-")]  # scratch removed
+    answers = [json.loads(run("generate", "def add(a, b):", "-m", "solo", *extra, "-n", "24", "--json",
+                              "--threads", "1").stdout)["tokens"] for extra in ((), ("--levels", "1"))]
+    assert answers[0] == answers[1]
+    assert "made from the target" in run("models", "list").stdout
+
+    shutil.copyfile(demo_gguf["target_mxfp4"], target)  # the target file is replaced by another model
+    refused = run("generate", "def add(a, b):", "-m", "solo", "-n", "4", "--threads", "1")
+    assert refused.returncode == 1 and "made from an earlier version" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "STALE" in run("models", "list").stdout
+    assert run("generate", "x", "-m", "solo", "-n", "4", "--levels", "1", "--threads", "1").returncode == 0
+    again = run("draft", "solo", "--threads", "1")
+    assert again.returncode == 0, again.stderr
+    levels = modelsets.get("solo", models).levels
+    assert "left out" in again.stderr and len(levels) <= 2 and not modelsets.get("solo", models).stale_levels()
+    assert added.path.exists() == any(level.path == added.path for level in levels)
+

@@ -10,63 +10,26 @@ import statistics
 import time
 from pathlib import Path
 
-from assistant.errors import AssistantError
-
 REPEATS = 3
 
 
 def run(model_set, cache: Path, threads: int, steps: int = 3, say=print) -> dict:
-    from assistant.drafts.agreement import measure, predicted_speedup, self_written
-    from assistant.drafts.search import CASTS, cast, dropped_blocks
-    from assistant.engine import Model
+    from assistant.drafts.candidates import chain_with, measured_candidates
 
     target = Path(model_set.levels[0].path)
-    workdir = cache / "drafts" / model_set.name
-    workdir.mkdir(parents=True, exist_ok=True)
-    say(f"[bench] the target's own text: {target.name}")
-    references = self_written(target, threads=threads)
-    with Model(target, vocab_only=True) as model:
-        n_vocab = model.n_vocab
-    itself = measure(target, references, n_vocab, threads)
-    rows = [_row("the target itself", "", itself, itself)]
-    for level in model_set.levels[1:]:
-        rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
-                         itself))
-    for file_type in CASTS:
-        say(f"[bench] cast to {file_type}")
-        try:
-            rows.append(_row("cast", file_type, measure(cast(target, file_type, workdir), references, n_vocab,
-                                                        threads), itself))
-        except AssistantError as error:  # e.g. a target that is already quantized
-            say(f"  {error}")
-    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
-                                      if level.role == "mxfp4"]
-    for name, source in sources:
-        say(f"[bench] greedy block selection on the {name} ({steps} steps)")
-        for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
-            rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
-    for row in rows:
-        row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
-            row["agreement"], row["seconds_per_token"], itself.seconds_per_token)
+    references, rows = measured_candidates(model_set, cache / "drafts" / model_set.name, steps, threads, say=say)
     best = max(rows[1:], key=lambda row: row["predicted_speedup"])
     say(f"[bench] target <- {best['method']} {best['setting']} against the target alone, whole requests")
     measured = _chain_speedup([target, Path(best["path"])], [target], references, threads)
-    costs = {Path(row["path"]): row["seconds_per_token"] for row in rows}
-    drafts = sorted([Path(level.path) for level in model_set.levels[1:]] + [Path(best["path"])],
-                    key=lambda path: -costs[path])  # the dearer (and closer) draft nearer the target
-    say(f"[bench] the default chain with it ({', '.join(path.name for path in [target, *drafts])}) against "
-        "the default chain without it")
     default = [Path(level.path) for level in model_set.levels]
-    with_it = _chain_speedup([target, *drafts], default, references, threads) if len(default) > 1 else measured
+    with_it = measured
+    if len(default) > 1 and best["level"] is None:
+        chain = chain_with(model_set, Path(best["path"]), {Path(row["path"]): row["seconds_per_token"] for row in rows})
+        say(f"[bench] the default chain with it ({', '.join(path.name for path in chain)}) against the default chain")
+        with_it = _chain_speedup(chain, default, references, threads)
     return {"model_set": model_set.name, "target": str(target), "threads": threads, "steps": steps,
             "reference_tokens": sum(len(r.answer) for r in references), "rows": rows, "best": best,
             "measured": measured, "default_chain": with_it}
-
-
-def _row(method: str, setting: str, measured, itself) -> dict:
-    return {"method": method, "setting": setting, "path": str(measured.path), "size": measured.size,
-            "agreement": measured.agreement, "seconds_per_token": measured.seconds_per_token,
-            "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token}
 
 
 def _chain_speedup(chain: list[Path], baseline: list[Path], references, threads: int) -> dict:

@@ -69,10 +69,15 @@ def list_sets(out=None) -> None:
         if model_set.description:
             print(textwrap.fill(model_set.description, width=100, initial_indent="    ", subsequent_indent="    ",
                                 break_on_hyphens=False, break_long_words=False), file=out)
+        stale = model_set.stale_levels()
         for number, level in enumerate(model_set.levels):
             size = format_size(level.size_bytes) if level.path.exists() else "MISSING"
             projection = level.output_projection()
             note = f"  (output projection {projection})" if projection else ""
+            if level in stale:
+                note += "  (STALE: made from an earlier target; `assistant draft` makes it again)"
+            elif level.made_from:
+                note += "  (made from the target by `assistant draft`)"
             print(f"    {number}  {level.role:<7} {size:>9}  {level.path}{note}", file=out)
         if model_set.target_rpc:
             print(f"    the target runs on the RPC server at {model_set.target_rpc}", file=out)

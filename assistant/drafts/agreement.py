@@ -40,14 +40,16 @@ class Measured:
 
 
 def self_written(target: Path, tokens: int = 160, threads: int | None = None) -> list[Reference]:
-    """The target's own greedy answers to NEUTRAL_PROMPTS, ``tokens`` each at most."""
+    """The target's own greedy answers to NEUTRAL_PROMPTS, ``tokens`` each at most (through its chat template, or
+    as plain text for a file that stores none)."""
     from assistant.engine.chat_template import chat_prompt_tokens
     from assistant.speculative import Pipeline, Sampling
 
     references = []
     with Pipeline.load([target], levels=1, threads=threads, ngram=False) as pipeline:
         for prompt in NEUTRAL_PROMPTS:
-            ids = chat_prompt_tokens(pipeline.target, [{"role": "user", "content": prompt}])
+            ids = (chat_prompt_tokens(pipeline.target, [{"role": "user", "content": prompt}])
+                   if pipeline.target.chat_template else pipeline.tokenize(prompt + "\n"))  # no template: as text
             answer = pipeline.generate(ids, Sampling(), tokens).finish()
             references.append(Reference(ids, list(answer.tokens)))
     return references

@@ -47,6 +47,8 @@ class Pipeline:
         from assistant.speculative.vocab import shared_vocab_size
 
         entries = _entries(source, levels)
+        if hasattr(source, "check_fresh"):  # a draft made from an earlier target would no longer track it
+            source.first(len(entries)).check_fresh()
         target_rpc = target_rpc or getattr(source, "target_rpc", None)
         make_policy(draft_length, 1)  # reject a bad value before loading anything
         n_ctx = context_size(source, levels, n_ctx, target_rpc)

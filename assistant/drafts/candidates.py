@@ -1,0 +1,61 @@
+"""Every candidate draft of a model set, measured: the set's own drafts, casts of the target to fewer bits, and
+blocks dropped by the greedy search on the target and on its MXFP4 copy; each a row with its agreement, cost and
+the predicted speedup of target <- it. `assistant draft` adds the best to the set; `bench --drafts` reports
+them all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from assistant.errors import AssistantError
+
+
+def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None):
+    """(the target's reference text, rows: the target itself first, then every candidate)."""
+    from assistant.drafts.agreement import measure, predicted_speedup, self_written
+    from assistant.drafts.search import CASTS, cast, dropped_blocks
+    from assistant.engine import Model
+
+    target = Path(model_set.levels[0].path)
+    workdir.mkdir(parents=True, exist_ok=True)
+    say(f"[draft] the target's own text: {target.name}")
+    references = self_written(target, threads=threads)
+    with Model(target, vocab_only=True) as model:
+        n_vocab = model.n_vocab
+    itself = measure(target, references, n_vocab, threads)
+    rows = [_row("the target itself", "", itself, itself, level=0)]
+    for index, level in enumerate(model_set.levels[1:], 1):
+        rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
+                         itself, level=index))
+    for file_type in CASTS:
+        say(f"[draft] cast to {file_type}")
+        try:
+            path = cast(target, file_type, workdir)
+        except AssistantError as error:  # e.g. a target that is already quantized
+            say(f"  {error}")
+            continue
+        rows.append(_row("cast", file_type, measure(path, references, n_vocab, threads), itself))
+    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
+                                      if level.role == "mxfp4"]
+    for name, source in sources if steps else ():
+        say(f"[draft] greedy block selection on the {name} ({steps} steps)")
+        for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
+            rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
+    for row in rows:
+        row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
+            row["agreement"], row["seconds_per_token"], itself.seconds_per_token)
+    return references, rows
+
+
+def _row(method: str, setting: str, measured, itself, level: int | None = None) -> dict:
+    """``level``: the candidate's index in the set, where it is one of the set's files already."""
+    return {"method": method, "setting": setting, "path": str(measured.path), "size": measured.size,
+            "agreement": measured.agreement, "seconds_per_token": measured.seconds_per_token,
+            "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token, "level": level}
+
+
+def chain_with(model_set, draft: Path, costs: dict[Path, float]) -> list[Path]:
+    """The set's files with ``draft`` among its drafts, dearer drafts nearer the target (a level verifies the
+    cheaper one below it)."""
+    drafts = [Path(level.path) for level in model_set.levels[1:]] + [Path(draft)]
+    return [Path(model_set.levels[0].path), *sorted(drafts, key=lambda path: -costs[path])]
