@@ -13,59 +13,37 @@ from pathlib import Path
 import gguf
 from gguf import GGUFValueType as V
 
+from assistant.drafts.rewrite import open_source, rewritten, source_string
 from assistant.errors import AssistantError
-from converters.gguf_import import _metadata, _open, _string
-from converters.gguf_output import OutputFile, writing
-from converters.progress import Progress
 
 BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(.+)")
-# Keys gguf_import._metadata leaves for each output to set, which a copy takes from its source unchanged.
-SOURCE_SCALARS = (gguf.Keys.General.FILE_TYPE, gguf.Keys.General.QUANTIZATION_VERSION)
 
 
 def block_count(source: Path) -> int:
     """How many transformer blocks ``source`` declares (its ``{arch}.block_count``)."""
     source = Path(source)
-    return _architecture_and_blocks(_open(source), source)[1]
+    return _architecture_and_blocks(open_source(source), source)[1]
 
 
 def without_blocks(source: Path, dropped: set[int] | frozenset[int], destination: Path) -> Path:
-    """Write ``destination``: the GGUF ``source`` (any tensor types: BF16, MXFP4, Q8_0, K-quants... copied byte for
-    byte, never re-encoded) with the blocks ``dropped`` removed and the rest renumbered in order (blk.5 becomes
-    blk.4 when blk.2 is dropped). Block indices are the file's own (``blk.0`` is block 0)."""
+    """Write ``destination``: the GGUF ``source`` with the blocks ``dropped`` removed and the rest renumbered in
+    order (blk.5 becomes blk.4 when blk.2 is dropped). Block indices are the file's own (``blk.0`` is block 0)."""
     source, destination = Path(source), Path(destination)
     dropped = {int(index) for index in dropped}
-    reader = _open(source)
+    reader = open_source(source)
     architecture, count = _architecture_and_blocks(reader, source)
     renumbered = _renumbering(count, dropped, source)
-    metadata = _kept_metadata(reader, source, architecture, count, renumbered)
-    tensors = [(_renamed(tensor.name, renumbered, count, source), tensor) for tensor in reader.tensors]
-    name = (_string(reader, gguf.Keys.General.NAME) or source.name.removesuffix(".gguf")) + _name_suffix(dropped)
 
-    output = OutputFile(destination, "draft")
-    with writing([output], Progress(f"writing {destination.name}", 0, enabled=False)):
-        writer = output.writer = gguf.GGUFWriter(output.part, architecture)
-        writer.add_name(name)
-        for key in SOURCE_SCALARS:
-            if key in reader.fields:
-                writer.add_key_value(key, reader.fields[key].contents(), reader.fields[key].types[0])
-        if gguf.Keys.General.ALIGNMENT in reader.fields:  # also where the writer puts each tensor's data
-            writer.add_custom_alignment(int(reader.fields[gguf.Keys.General.ALIGNMENT].contents()))
-        for key, value, value_type, element_type in metadata:
-            writer.add_key_value(key, value, value_type, element_type)
-        for new_name, tensor in tensors:
-            if new_name is not None:
-                # tensor.data is in numpy order, and for a type numpy lacks (BF16, every quant) it is uint8 rows
-                # of bytes: gguf-py takes that byte shape and turns it back into element counts itself.
-                writer.add_tensor(new_name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    return destination
+    def tensor(info):
+        new_name = _renamed(info.name, renumbered, count, source)
+        return None if new_name is None else (new_name, info.data)
+
+    return rewritten(source, destination, _name_suffix(dropped),
+                     lambda items: _kept_metadata(items, architecture, count, renumbered), tensor, reader)
 
 
 def _architecture_and_blocks(reader: gguf.GGUFReader, path: Path) -> tuple[str, int]:
-    architecture = _string(reader, gguf.Keys.General.ARCHITECTURE)
+    architecture = source_string(reader, gguf.Keys.General.ARCHITECTURE)
     if not architecture:
         raise AssistantError(f"{path}: the GGUF file names no architecture (general.architecture)")
     field = reader.fields.get(gguf.Keys.LLM.BLOCK_COUNT.format(arch=architecture))
@@ -85,12 +63,12 @@ def _renumbering(count: int, dropped: set[int], path: Path) -> dict[int, int]:
     return {old: new for new, old in enumerate(kept)}
 
 
-def _kept_metadata(reader, path, architecture, count, renumbered) -> list[tuple[str, object, V, V | None]]:
+def _kept_metadata(source_items, architecture, count, renumbered) -> list[tuple[str, object, V, V | None]]:
     """The source's keys with the new block count and per-layer arrays cut to the kept blocks. Only the
     architecture's own keys are per-layer: a ``general.tags`` list that happens to be as long stays whole."""
     count_key = gguf.Keys.LLM.BLOCK_COUNT.format(arch=architecture)
     items = []
-    for key, value, value_type, element_type in _metadata(reader, path):
+    for key, value, value_type, element_type in source_items:
         if key == count_key:
             value = len(renumbered)
         elif value_type == V.ARRAY and key.startswith(f"{architecture}.") and len(value) == count:

@@ -1,7 +1,7 @@
-"""Every candidate draft of a model set, measured: the set's own drafts, casts of the target to fewer bits, and
-blocks dropped by the greedy search on the target and on its MXFP4 copy; each a row with its agreement, cost and
-the predicted speedup of target <- it. `assistant draft` adds the best to the set; `bench --drafts` reports
-them all."""
+"""Every candidate draft of a model set, measured: the set's own drafts, casts of the target to fewer bits, the
+target pruned (reported: without sparse kernels it saves no time), the target and its MXFP4 copy with a trimmed
+vocabulary, and blocks dropped by the greedy search on both; each a row with its agreement, cost and the
+predicted speedup of target <- it. `assistant draft` adds the best to the set; `bench --drafts` reports them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from assistant.errors import AssistantError
 def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None):
     """(the target's reference text, rows: the target itself first, then every candidate)."""
     from assistant.drafts.agreement import measure, predicted_speedup, self_written
+    from assistant.drafts.pruning import PATTERNS, pruned
     from assistant.drafts.search import CASTS, cast, dropped_blocks
+    from assistant.drafts.vocabulary import SIZES as VOCABULARY_SIZES, kept_tokens, trimmed
     from assistant.engine import Model
 
     target = Path(model_set.levels[0].path)
@@ -27,16 +29,27 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
     for index, level in enumerate(model_set.levels[1:], 1):
         rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
                          itself, level=index))
-    for file_type in CASTS:
-        say(f"[draft] cast to {file_type}")
+    def attempt(method: str, setting: str, make) -> None:
+        say(f"[draft] {method} {setting}")
         try:
-            path = cast(target, file_type, workdir)
-        except AssistantError as error:  # e.g. a target that is already quantized
+            path = make()
+        except AssistantError as error:  # e.g. a cast or pruning of a target that is quantized already
             say(f"  {error}")
-            continue
-        rows.append(_row("cast", file_type, measure(path, references, n_vocab, threads), itself))
+            return
+        rows.append(_row(method, setting, measure(path, references, n_vocab, threads), itself))
+
+    for file_type in CASTS:
+        attempt("cast", file_type, lambda: cast(target, file_type, workdir))
+    for pattern in PATTERNS:
+        attempt("pruned", pattern, lambda: pruned(target, pattern, workdir / f"{target.stem}.pruned-"
+                                                  f"{pattern.replace(':', '-').rstrip('%')}.gguf"))
     sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
                                       if level.role == "mxfp4"]
+    used = {token for reference in references for token in reference.prompt + reference.answer}
+    for name, source in sources:
+        for size in (size for size in VOCABULARY_SIZES if size <= n_vocab // 2):
+            attempt(f"{name} vocabulary", str(size), lambda: trimmed(source, kept_tokens(source, used, size),
+                                                                     workdir / f"{source.stem}.vocab-{size}.gguf"))
     for name, source in sources if steps else ():
         say(f"[draft] greedy block selection on the {name} ({steps} steps)")
         for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):

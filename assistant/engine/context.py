@@ -56,6 +56,18 @@ class Context(NativeHandle):
         self.n_ctx = lib.llama_n_ctx(handle)
         self.n_batch = lib.llama_n_batch(handle)
         self.n_vocab = model.n_vocab
+        self._own_ids = None  # a draft with a vocabulary of its own: target id -> own id (the stand-in where none)
+        self._own_width = getattr(model, "n_own_vocab", model.n_vocab)  # its logits' width
+        if getattr(model, "target_ids", None) is not None:
+            if choices_for:
+                raise AssistantError(f"{model.path}: a draft with a vocabulary of its own makes no choices in its graph")
+            stand_in = int(np.flatnonzero(model.target_ids < 0)[0]) if (model.target_ids < 0).any() else 0
+            self._own_ids = np.full(model.n_vocab, stand_in, dtype=np.int32)
+            kept = model.target_ids >= 0
+            self._own_ids[model.target_ids[kept]] = np.flatnonzero(kept)
+            self._kept_columns = np.flatnonzero(kept)  # own logits that stand for a target token...
+            self._target_columns = model.target_ids[kept]  # ...and which one
+            self._wide = np.empty((0, model.n_vocab), dtype=np.float32)
         self.tokens: list[int] = []
         # With min_batch 2 a lone token is evaluated together with the one before it, and both output logits:
         # stock llama.cpp computes a matmul of one row another way (vec_dot instead of llamafile's sgemm, which
@@ -88,7 +100,17 @@ class Context(NativeHandle):
         """
         self._attach(None)
         end, outputs_from = self._hold(sequence, first_output)
-        return self._logits(end - outputs_from)[first_output - outputs_from :]
+        rows = self._logits(end - outputs_from)[first_output - outputs_from :]
+        return rows if self._own_ids is None else self._widened(rows)
+
+    def _widened(self, rows: np.ndarray) -> np.ndarray:
+        """A draft's own logits spread over the target's vocabulary, -inf for the tokens it lacks."""
+        if self._wide.shape[0] < rows.shape[0]:
+            self._wide = np.full((max(rows.shape[0], 2 * self._wide.shape[0]), self.n_vocab), -np.inf,
+                                 dtype=np.float32)
+        wide = self._wide[: rows.shape[0]]
+        wide[:, self._target_columns] = rows[:, self._kept_columns]
+        return wide
 
     def choose(self, sequence: TokenSequence, first_output: int) -> np.ndarray:
         """As ``evaluate``, but only the argmax of each row (over the shared vocabulary), computed where the
@@ -192,12 +214,15 @@ class Context(NativeHandle):
         count = stop - start
         batch = self._batch
         batch.n_tokens = count
+        ids = tokens[start:stop]
+        if self._own_ids is not None:  # a draft with a vocabulary of its own reads its own ids
+            ids = self._own_ids[ids]
         if count == 1:
-            self._batch_tokens[0] = tokens[start]
+            self._batch_tokens[0] = ids[0]
             self._batch_positions[0] = start
             self._batch_outputs[0] = first_output <= start
         else:
-            self._batch_tokens[:count] = tokens[start:stop]
+            self._batch_tokens[:count] = ids
             self._batch_positions[:count] = self._positions[start:stop]
             self._batch_outputs[:count] = 0
             self._batch_outputs[first_output - start : count] = 1
@@ -215,7 +240,7 @@ class Context(NativeHandle):
         address = ctypes.addressof(pointer.contents)
         view = self._logits_view
         if address != self._logits_address or view is None or view.shape[0] < rows:
-            view = np.ctypeslib.as_array(pointer, shape=(max(rows, 1), self.n_vocab))
+            view = np.ctypeslib.as_array(pointer, shape=(max(rows, 1), self._own_width))
             self._logits_address = address
             self._logits_view = view
         return view[:rows]

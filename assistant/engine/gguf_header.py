@@ -11,8 +11,10 @@ import functools
 import hashlib
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from assistant.errors import AssistantError
 
@@ -47,6 +49,7 @@ class Header:
     tensors: tuple[TensorInfo, ...]
     data_offset: int
     array_digests: dict  # key of a long array -> a digest of its bytes (equal arrays, equal digests)
+    array_spans: dict = field(default_factory=dict)  # key of a long array of numbers -> (offset, count, format)
 
     def value(self, key: str, default=None):
         return self.metadata.get(key, default)
@@ -59,6 +62,15 @@ class Header:
         """``{architecture}.{key}``, e.g. arch_value("block_count")."""
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
+    def number_array(self, key: str) -> np.ndarray | None:
+        """A long array of numbers (which ``metadata`` leaves out), read from the file; None where absent."""
+        span = self.array_spans.get(key)
+        if span is None:
+            value = self.metadata.get(key)
+            return None if value is None else np.asarray(value)
+        offset, count, fmt = span
+        return np.fromfile(self.path, dtype=np.dtype("<" + fmt), count=count, offset=offset)
+
     @property
     def weight_bytes(self) -> int:
         return sum(tensor.nbytes for tensor in self.tensors)
@@ -68,6 +80,7 @@ class _Cursor:
     def __init__(self, buffer, path: Path):
         self.buffer, self.pos, self.path = buffer, 0, path
         self.skipped = (0, 0)  # where the last long array stepped over lies
+        self.numbers = None  # (offset, count, format) of the last long array stepped over, if of numbers
 
     def take(self, fmt: str):
         size = struct.calcsize("<" + fmt)
@@ -105,6 +118,7 @@ class _Cursor:
             if count <= SHORT_ARRAY:
                 return [self.value(item_kind) for _ in range(count)]
             start = self.pos
+            self.numbers = (start, count, _FIXED[item_kind]) if item_kind in _FIXED else None
             if item_kind == _STRING:
                 self.skip_strings(count)
             elif item_kind in _FIXED:
@@ -128,7 +142,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> Header:
         if version < 2:
             raise AssistantError(f"{path}: GGUF version {version} is too old (llama.cpp reads 2 and later)")
         n_tensors, n_metadata = cursor.take("Q"), cursor.take("Q")
-        metadata, digests = {}, {}
+        metadata, digests, spans = {}, {}, {}
         for _ in range(n_metadata):
             key = cursor.string()
             value = cursor.value(cursor.take("I"))
@@ -137,6 +151,8 @@ def _read(path: Path, size: int, mtime_ns: int) -> Header:
             else:
                 start, end = cursor.skipped
                 digests[key] = hashlib.blake2b(buffer[start:end], digest_size=16).hexdigest()
+                if cursor.numbers is not None:
+                    spans[key] = cursor.numbers
         entries = []
         for _ in range(n_tensors):
             name = cursor.string()
@@ -154,7 +170,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> Header:
         if offset > data_size:
             raise AssistantError(f"{path}: truncated or damaged GGUF file (tensor {name} starts past its end)")
         tensors.append(TensorInfo(name, type_name, shape, by_offset[offset] - offset))
-    return Header(path, metadata, tuple(tensors), data_offset, digests)
+    return Header(path, metadata, tuple(tensors), data_offset, digests, spans)
 
 
 def read_header(path: str | Path) -> Header:

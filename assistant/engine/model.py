@@ -5,10 +5,16 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+import numpy as np
+
 from assistant.engine.backend import NativeHandle, last_error, llama
-from assistant.engine.gguf_header import check_gguf_file
+from assistant.engine.gguf_header import check_gguf_file, read_header
 from assistant.errors import AssistantError
 
+# A draft with a vocabulary of its own, cut from its target's (drafts/vocabulary.py): per own token the target's
+# id (-1 for a stand-in), and the target's vocabulary size.
+TARGET_IDS_KEY = "assistant.draft.target_ids"
+TARGET_VOCAB_KEY = "assistant.draft.target_vocab_size"
 
 
 class Model(NativeHandle):
@@ -48,10 +54,21 @@ class Model(NativeHandle):
             raise AssistantError(f"{self.path}: llama.cpp could not load this GGUF ({reason})")
         self.handle = handle
         self.vocab = lib.llama_model_get_vocab(handle)
-        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.n_own_vocab = lib.llama_vocab_n_tokens(self.vocab)  # its logits' width
+        self.n_vocab = self.n_own_vocab  # the ids it speaks: the target's for a draft with a vocabulary of its own
+        self.target_ids = None  # for such a draft: own token -> target id, -1 where none
         self.architecture = self.metadata("general.architecture") or "unknown"
         self._lib = lib
         self._pieces: dict[int, bytes] = {}
+        header = read_header(self.path)
+        if header.value(TARGET_VOCAB_KEY) is not None:
+            ids = header.number_array(TARGET_IDS_KEY)
+            self.target_ids = None if ids is None else ids.astype(np.int64)
+            self.n_vocab = int(header.value(TARGET_VOCAB_KEY))
+            if ids is None or ids.shape != (self.n_own_vocab,) or ids.max() >= self.n_vocab:
+                self.close()
+                raise AssistantError(f"{self.path}: its map to the target's vocabulary ({TARGET_IDS_KEY}) does "
+                                     "not fit its own vocabulary")
 
     # --- metadata -------------------------------------------------------------------------------
     def metadata(self, key: str) -> str | None:
@@ -85,7 +102,8 @@ class Model(NativeHandle):
         return bool(self._lib.llama_vocab_is_eog(self.vocab, token))
 
     def token_text(self, token: int) -> bytes:
-        """The vocabulary entry itself (as stored, e.g. with the BPE space marker), for comparing vocabularies."""
+        """The vocabulary entry itself (as stored, e.g. with the BPE space marker), for comparing vocabularies; a
+        draft with a vocabulary of its own takes its own ids here."""
         return self._lib.llama_vocab_get_text(self.vocab, token) or b""
 
     @property

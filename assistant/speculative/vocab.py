@@ -1,7 +1,8 @@
 """Checks that every level speaks the target's vocabulary: same token text for every shared id.
 
 Padded vocabularies (152064 vs 151936 ids) are fine when the extra ids are unused padding; the chain
-then works over the shared range only.
+then works over the shared range only. A draft with a vocabulary of its own, cut from the target's
+(drafts/vocabulary.py), is checked token by token against the target tokens it stands for.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ def shared_vocab_size(models) -> int:
     if _same_token_lists(models):
         return models[0].n_vocab
     target = models[0]
-    shared = min(model.n_vocab for model in models)
-    target_texts = [target.token_text(token) for token in range(shared)]
     for model in models[1:]:
+        if getattr(model, "target_ids", None) is not None:
+            _check_own_vocabulary(model, target)
+    shared = min(model.n_vocab for model in models)
+    full = [model for model in models[1:] if getattr(model, "target_ids", None) is None]
+    target_texts = [target.token_text(token) for token in range(shared)] if full else []
+    for model in full:
         for token in range(shared):
             text = model.token_text(token)
             if text != target_texts[token]:
@@ -29,7 +34,7 @@ def shared_vocab_size(models) -> int:
                     f"({_show(text)} vs {_show(target_texts[token])}; {model.architecture}, {model.n_vocab} tokens vs "
                     f"{target.architecture}, {target.n_vocab}): a draft must use the target's tokenizer"
                 )
-    for model in models:
+    for model in [target, *full]:
         extra = [token for token in range(shared, model.n_vocab) if not _unused(model, token)]
         if extra:
             raise AssistantError(
@@ -37,6 +42,20 @@ def shared_vocab_size(models) -> int:
                 f"(first: id {extra[0]} {_show(model.token_text(extra[0]))}): a draft must use the target's tokenizer"
             )
     return shared
+
+
+def _check_own_vocabulary(model, target) -> None:
+    """A draft with a vocabulary of its own (cut from the target's): each of its tokens is the target's token
+    it stands for, and it speaks the target's ids."""
+    if model.n_vocab != target.n_vocab:
+        raise AssistantError(f"{model.path}: its vocabulary was cut from one of {model.n_vocab} tokens, the target "
+                             f"{target.path.name} has {target.n_vocab}: a draft must use the target's tokenizer")
+    for own, token in enumerate(model.target_ids):
+        if token >= 0 and model.token_text(own) != target.token_text(int(token)):
+            raise AssistantError(
+                f"{model.path}: its token {own} ({_show(model.token_text(own))}) stands for the target's token "
+                f"{token}, which is {_show(target.token_text(int(token)))} in {target.path.name}: a draft must "
+                "use the target's tokenizer")
 
 
 def _same_token_lists(models) -> bool:

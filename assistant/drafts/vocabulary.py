@@ -1,0 +1,98 @@
+"""A draft that proposes only among the target's most used tokens: the target's GGUF (or its MXFP4 copy) with a
+smaller vocabulary of its own, so its output projection, the largest matrix of a small model with a large
+vocabulary (168M of Gemma 3 270M's parameters), shrinks with it. The target still verifies over its whole
+vocabulary, so the answer is unchanged; a token the draft lacks is one it never proposes.
+
+The draft's token i stands for the target's token ``target_ids[i]``, stored in the file (TARGET_IDS_KEY) with
+the target's vocabulary size; engine/context.py maps ids in and out, so the chain sees the target's ids only.
+Its last token is a stand-in with a zero embedding for every target token it lacks (fed as context, never
+proposed). Kept: every token the target's own text used, every token that is not plain text (control, byte,
+user-defined: the template's markers and the byte fallback), then the lowest ids, since a BPE vocabulary is
+ordered by merge rank and a SentencePiece one by score, both by how common a token was in training text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGUFValueType as V
+
+from assistant.drafts.rewrite import open_source, rewritten
+from assistant.engine.model import TARGET_IDS_KEY, TARGET_VOCAB_KEY
+from assistant.errors import AssistantError
+
+SIZES = (8192, 32768)  # vocabulary sizes tried, where under half the target's
+STAND_IN = b"<|assistant-draft-other|>"
+PLAIN_TYPES = (gguf.TokenType.NORMAL, gguf.TokenType.UNUSED)  # the types a trim may leave out
+EMBEDDING_TENSORS = ("token_embd.weight", "output.weight")
+
+
+def kept_tokens(source: Path, used, size: int) -> np.ndarray:
+    """The target ids a vocabulary of about ``size`` keeps, ascending: ``used`` (ids the target's text holds),
+    every token that is not plain text, then the lowest ids up to ``size``."""
+    reader = open_source(source)
+    types = _token_types(reader, source)
+    keep = np.zeros(len(types), dtype=bool)
+    keep[np.asarray(sorted(set(used)), dtype=np.int64)] = True
+    keep |= ~np.isin(types, [int(kind) for kind in PLAIN_TYPES])
+    room = size - int(keep.sum())
+    if room > 0:
+        keep[np.flatnonzero(~keep)[:room]] = True
+    return np.flatnonzero(keep)
+
+
+def trimmed(source: Path, kept: np.ndarray, destination: Path) -> Path:
+    """Write ``destination``: ``source`` with the vocabulary cut to the target ids ``kept`` (ascending) and a
+    stand-in token; embedding and output rows cut alike, special-token ids renumbered."""
+    source, destination = Path(source), Path(destination)
+    reader = open_source(source)
+    n_vocab = len(_token_types(reader, source))
+    kept = np.asarray(kept, dtype=np.int64)
+    if kept.size == 0 or kept[0] < 0 or kept[-1] >= n_vocab or np.any(np.diff(kept) <= 0):
+        raise AssistantError(f"{source}: the kept token ids must be ascending, unique and under {n_vocab}")
+    draft_id = np.full(n_vocab, -1, dtype=np.int64)
+    draft_id[kept] = np.arange(kept.size)
+
+    def metadata(items):
+        changed = []
+        for key, value, value_type, element_type in items:
+            if key == gguf.Keys.Tokenizer.LIST:
+                value = [value[i] for i in kept] + [STAND_IN]
+            elif key == gguf.Keys.Tokenizer.SCORES:
+                value = [value[i] for i in kept] + [min(value)]
+            elif key == gguf.Keys.Tokenizer.TOKEN_TYPE:
+                value = [value[i] for i in kept] + [int(gguf.TokenType.UNUSED)]
+            elif key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and value_type != V.ARRAY:
+                if not 0 <= int(value) < n_vocab or draft_id[int(value)] < 0:
+                    continue  # a special token the trim left out is no special token of the draft
+                value = int(draft_id[int(value)])
+            elif key.endswith(".vocab_size"):
+                value = kept.size + 1
+            changed.append((key, value, value_type, element_type))
+        changed.append((TARGET_IDS_KEY, [int(i) for i in kept] + [-1], V.ARRAY, V.INT32))
+        changed.append((TARGET_VOCAB_KEY, n_vocab, V.UINT32, None))
+        return changed
+
+    def tensor(info):
+        if info.name not in EMBEDDING_TENSORS:
+            return info.name, info.data
+        rows = np.asarray(info.data)
+        if rows.shape[0] != n_vocab:
+            raise AssistantError(f"{source}: {info.name} has {rows.shape[0]} rows, not one per token ({n_vocab})")
+        return info.name, np.concatenate([rows[kept], np.zeros((1,) + rows.shape[1:], dtype=rows.dtype)])
+
+    return rewritten(source, destination, f" (vocabulary of {kept.size})", metadata, tensor, reader)
+
+
+def _token_types(reader: gguf.GGUFReader, source: Path) -> np.ndarray:
+    """Each token's type (gguf.TokenType); refuses a file without a vocabulary or with a trimmed one."""
+    types = reader.fields.get(gguf.Keys.Tokenizer.TOKEN_TYPE)
+    tokens = reader.fields.get(gguf.Keys.Tokenizer.LIST)
+    if tokens is None:
+        raise AssistantError(f"{source}: the GGUF file has no vocabulary ({gguf.Keys.Tokenizer.LIST}) to trim")
+    if TARGET_IDS_KEY in reader.fields:
+        raise AssistantError(f"{source}: this file's vocabulary is trimmed already")
+    if types is None:
+        return np.full(len(tokens.data), int(gguf.TokenType.NORMAL))
+    return np.asarray(types.contents())
