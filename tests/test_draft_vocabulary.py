@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 import pytest
 
-from assistant.drafts.vocabulary import kept_tokens, trimmed
+from assistant.drafts.vocabulary import common_tokens, kept_tokens, trimmed
 from assistant.engine import Context, Model
 from assistant.engine.sequence import TokenSequence
 from assistant.errors import AssistantError
@@ -23,7 +23,7 @@ def trimmed_draft(demo_gguf, tmp_path_factory):
     target = demo_gguf["target_bf16"]
     with Model(target, vocab_only=True) as model:
         used = model.tokenize(TEXT, add_special=False)
-    kept = kept_tokens(target, used, SIZE)
+    kept = kept_tokens(target, common_tokens(target), SIZE, extra=used)
     return target, kept, trimmed(target, kept, tmp_path_factory.mktemp("vocab") / "target.vocab.gguf"), used
 
 
@@ -34,6 +34,8 @@ def test_the_draft_keeps_the_text_the_markers_and_the_commonest_tokens(trimmed_d
     markers = np.flatnonzero(types != int(gguf.TokenType.NORMAL))
     assert set(used) <= set(kept.tolist()) and set(markers.tolist()) <= set(kept.tolist())
     assert len(kept) == max(SIZE, len(set(used) | set(markers.tolist())))
+    with Model(target, vocab_only=True) as model:  # counted on Python's own source: its keywords come first
+        assert set(model.tokenize(" return self", add_special=False)) <= set(common_tokens(target)[:256].tolist())
     with Model(path) as draft, Model(target, vocab_only=True) as whole:
         assert draft.n_vocab == whole.n_vocab and draft.n_own_vocab == len(kept) + 1
         assert draft.target_ids.tolist() == kept.tolist() + [-1]

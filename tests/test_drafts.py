@@ -50,6 +50,9 @@ def test_predicted_speedup():
     speedup, length = predicted_speedup(0.8, 0.1, 1.0)
     assert speedup > 1.5 and 1 <= length <= 8
     assert predicted_speedup(0.8, 0.5, 1.0)[0] < speedup  # dearer drafts pay less
+    rising = tuple(1.0 + 0.25 * k for k in range(9))  # verifying k tokens costs a batch of k + 1
+    slower, shorter = predicted_speedup(0.8, 0.1, 1.0, rising)
+    assert slower < speedup and shorter < length
 
 
 def test_bench_drafts_writes_the_table(demo_gguf, tmp_path):
@@ -111,3 +114,17 @@ def test_assistant_draft_adds_the_best_candidate_to_the_set(demo_gguf, tmp_path)
     assert "left out" in again.stderr and len(levels) <= 2 and not modelsets.get("solo", models).stale_levels()
     assert added.path.exists() == any(level.path == added.path for level in levels)
 
+
+
+def test_a_draft_the_new_one_dominates_leaves_the_chain():
+    from pathlib import Path
+
+    from assistant.drafts.candidates import chain_with
+
+    target, copy, trimmed, cast = Path("t.gguf"), Path("m.gguf"), Path("m.vocab.gguf"), Path("q3.gguf")
+    rows = [{"path": str(path), "agreement": agreement, "seconds_per_token": cost}
+            for path, agreement, cost in ((target, 1.0, 10.0), (copy, 0.69, 3.3), (trimmed, 0.70, 2.5),
+                                          (cast, 0.89, 3.4))]
+    model_set = modelsets.ModelSet("s", [modelsets.Level("target", target), modelsets.Level("mxfp4", copy)])
+    assert chain_with(model_set, trimmed, rows) == [target, trimmed]  # agrees as well, costs less
+    assert chain_with(model_set, cast, rows) == [target, cast, copy]  # dearer and better: verifies the copy

@@ -24,21 +24,21 @@ def run(model_set, cache: Path, threads: int, steps: int = 3, say=print) -> dict
     default = [Path(level.path) for level in model_set.levels]
     with_it = measured
     if len(default) > 1 and best["level"] is None:
-        chain = chain_with(model_set, Path(best["path"]), {Path(row["path"]): row["seconds_per_token"] for row in rows})
+        chain = chain_with(model_set, Path(best["path"]), rows)
         say(f"[bench] the default chain with it ({', '.join(path.name for path in chain)}) against the default chain")
-        with_it = _chain_speedup(chain, default, references, threads)
+        with_it = _chain_speedup(chain, default, references, threads, ngram=True)
     return {"model_set": model_set.name, "target": str(target), "threads": threads, "steps": steps,
             "reference_tokens": sum(len(r.answer) for r in references), "rows": rows, "best": best,
             "measured": measured, "default_chain": with_it}
 
 
-def _chain_speedup(chain: list[Path], baseline: list[Path], references, threads: int) -> dict:
+def _chain_speedup(chain: list[Path], baseline: list[Path], references, threads: int, ngram: bool = False) -> dict:
     """Tokens/s of the chain of GGUF files ``chain`` over ``baseline``'s on the reference prompts, medians of
-    REPEATS runs each, alternating; a chain of several files gets the n-gram level too, as a model set's does."""
+    REPEATS runs each, alternating; ``ngram``: both get the n-gram level, as a model set of several files does."""
     from assistant.speculative import Pipeline, Sampling
 
-    pipelines = {"chain": Pipeline.load(chain, threads=threads, ngram=len(chain) > 2),
-                 "target": Pipeline.load(baseline, threads=threads, ngram=len(baseline) > 1)}
+    pipelines = {"chain": Pipeline.load(chain, threads=threads, ngram=ngram),
+                 "target": Pipeline.load(baseline, threads=threads, ngram=ngram)}
     try:
         ratios, differing = [], 0
         for index, reference in enumerate(references):

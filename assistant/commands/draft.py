@@ -68,14 +68,14 @@ def run(args) -> int:
         shutil.move(best["path"], kept)
     replaced = [level for level in measured_set.levels[1:] if level.made_from]  # one made draft a set
     kept_levels = [level for level in measured_set.levels if level not in replaced]
-    costs = {Path(row["path"]): row["seconds_per_token"] for row in rows}
-    costs[kept] = best["seconds_per_token"]
+    rows = [row for row in rows if row is not best] + [{**best, "path": str(kept)}]
     roles = {level.path: level.role for level in kept_levels}
     role = "draft" if "draft" not in roles.values() else f"draft-{_slug(name)}"
     made = modelsets.Level(role, kept, made_from)
     by_path = {level.path: level for level in kept_levels} | {kept: made}
     reduced = dataclasses.replace(model_set, levels=kept_levels)
-    levels = [by_path[path] for path in chain_with(reduced, kept, costs)]
+    levels = [by_path[path] for path in chain_with(reduced, kept, rows)]
+    left = [level for level in kept_levels[1:] if level not in levels]
     _register(model_set, levels)
     _delete(stale + replaced, home.models_dir(), keep=kept)
     print(f"added {name} to {model_set.name!r} as {role!r} ({kept}, {best['size'] / 1e6:.1f} MB): agreement "
@@ -84,6 +84,9 @@ def run(args) -> int:
     for level in stale + replaced:
         if level.path.resolve() != kept.resolve():
             print(f"  it replaces {level.path.name}")
+    for level in left:
+        print(f"  {level.role} ({level.path.name}) leaves the chain: the new draft agrees as well and costs less "
+              "(its file stays)")
     return 0
 
 

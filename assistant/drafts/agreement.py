@@ -22,7 +22,9 @@ NEUTRAL_PROMPTS = (
     "Write a class for a stack with push, pop and peek, and a few tests for it.",
     "How do I read a CSV file and sum one of its columns in Python?",
 )
-TIMED_TOKENS = 16  # single-token decodes timed per candidate
+TIMED_TOKENS = 16  # single-token decodes timed per run
+TIMED_RUNS = 3
+MAX_LENGTH = 8  # the longest draft a prediction considers
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Measured:
     size: int  # bytes of the file
     agreement: float  # share of answer positions where the candidate's argmax is the target's token
     seconds_per_token: float  # decoding one token at a time after a prompt
+    batch_seconds: tuple[float, ...] = ()  # where asked: evaluating a batch of 1, 2, ... MAX_LENGTH + 1 tokens
 
 
 def self_written(target: Path, tokens: int = 160, threads: int | None = None) -> list[Reference]:
@@ -55,9 +58,10 @@ def self_written(target: Path, tokens: int = 160, threads: int | None = None) ->
     return references
 
 
-def measure(path: Path, references: list[Reference], n_vocab: int, threads: int | None = None) -> Measured:
+def measure(path: Path, references: list[Reference], n_vocab: int, threads: int | None = None,
+            batches: bool = False) -> Measured:
     """``path``'s agreement with the references over the first ``n_vocab`` ids (the shared vocabulary), and its
-    cost per decoded token."""
+    cost per decoded token; with ``batches`` (the target's), also what verifying a draft of each length costs."""
     from assistant.engine import Context, Model, default_threads
     from assistant.engine.sequence import TokenSequence
 
@@ -74,31 +78,54 @@ def measure(path: Path, references: list[Reference], n_vocab: int, threads: int 
                 agreed += int(np.count_nonzero(choices == np.asarray(reference.answer)))
                 total += len(reference.answer)
             seconds = _decoding_seconds(context, references[0], TokenSequence)
+            batch_seconds = _batch_seconds(context, references[0], TokenSequence) if batches else ()
         finally:
             context.close()
-    return Measured(Path(path), Path(path).stat().st_size, agreed / total if total else 0.0, seconds)
+    return Measured(Path(path), Path(path).stat().st_size, agreed / total if total else 0.0, seconds, batch_seconds)
 
 
 def _decoding_seconds(context, reference: Reference, sequence_type) -> float:
-    """Seconds per token of one-at-a-time decoding after the first reference's prompt (the prompt untimed)."""
-    tokens = list(reference.prompt)
-    context.evaluate(sequence_type(tokens), len(tokens) - 1)
+    """Seconds per token of one-at-a-time decoding after the first reference's prompt (the prompt untimed): the
+    least of TIMED_RUNS runs, as a VM's other tenants only ever add time."""
     following = (reference.answer * TIMED_TOKENS)[:TIMED_TOKENS] or [0] * TIMED_TOKENS
-    began = time.perf_counter()
-    for token in following:
-        tokens.append(token)
+    runs = []
+    for _ in range(TIMED_RUNS):
+        tokens = list(reference.prompt)
         context.evaluate(sequence_type(tokens), len(tokens) - 1)
-    return (time.perf_counter() - began) / TIMED_TOKENS
+        began = time.perf_counter()
+        for token in following:
+            tokens.append(token)
+            context.evaluate(sequence_type(tokens), len(tokens) - 1)
+        runs.append((time.perf_counter() - began) / TIMED_TOKENS)
+    return min(runs)
+
+
+def _batch_seconds(context, reference: Reference, sequence_type) -> tuple[float, ...]:
+    """Seconds to evaluate a batch of 1 .. MAX_LENGTH + 1 tokens after the first reference's prompt (a
+    verification of a draft of 0 .. MAX_LENGTH tokens), the least of TIMED_RUNS runs each."""
+    following = (reference.answer * (MAX_LENGTH + 1))[: MAX_LENGTH + 1] or [0] * (MAX_LENGTH + 1)
+    costs = []
+    for size in range(1, MAX_LENGTH + 2):
+        runs = []
+        for _ in range(TIMED_RUNS):
+            context.evaluate(sequence_type(reference.prompt), len(reference.prompt) - 1)
+            tokens = list(reference.prompt) + following[:size]
+            began = time.perf_counter()
+            context.evaluate(sequence_type(tokens), len(reference.prompt))
+            runs.append(time.perf_counter() - began)
+        costs.append(min(runs))
+    return tuple(costs)
 
 
 def predicted_speedup(agreement: float, draft_seconds: float, target_seconds: float,
-                      lengths=range(1, 9)) -> tuple[float, int]:
+                      batch_seconds: tuple[float, ...] = ()) -> tuple[float, int]:
     """(speedup of target <- draft over the target alone, the draft length that gives it), taking agreement as
-    each drafted token's chance of being kept and a verification as costing one target token (our kernels read
-    the weights once for the batch)."""
+    each drafted token's chance of being kept, and a verification of k tokens as ``batch_seconds[k]`` (a batch
+    of k + 1), or as one target token where that was not measured."""
     best = (1.0, 0)
-    for length in lengths:
+    for length in range(1, MAX_LENGTH + 1):
         kept = (1 - agreement ** (length + 1)) / (1 - agreement) if agreement < 1 else length + 1.0
-        speedup = kept * target_seconds / (target_seconds + length * draft_seconds)
+        verify = batch_seconds[length] if len(batch_seconds) > length else target_seconds
+        speedup = kept * target_seconds / (verify + length * draft_seconds)
         best = max(best, (speedup, length))
     return best

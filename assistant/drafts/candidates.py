@@ -15,7 +15,7 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
     from assistant.drafts.agreement import measure, predicted_speedup, self_written
     from assistant.drafts.pruning import PATTERNS, pruned
     from assistant.drafts.search import CASTS, cast, dropped_blocks
-    from assistant.drafts.vocabulary import SIZES as VOCABULARY_SIZES, kept_tokens, trimmed
+    from assistant.drafts.vocabulary import SIZES as VOCABULARY_SIZES, common_tokens, kept_tokens, trimmed
     from assistant.engine import Model
 
     target = Path(model_set.levels[0].path)
@@ -24,7 +24,7 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
     references = self_written(target, threads=threads)
     with Model(target, vocab_only=True) as model:
         n_vocab = model.n_vocab
-    itself = measure(target, references, n_vocab, threads)
+    itself = measure(target, references, n_vocab, threads, batches=True)
     rows = [_row("the target itself", "", itself, itself, level=0)]
     for index, level in enumerate(model_set.levels[1:], 1):
         rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
@@ -38,25 +38,28 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
             return
         rows.append(_row(method, setting, measure(path, references, n_vocab, threads), itself))
 
+    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
+                                      if level.role == "mxfp4"]
     for file_type in CASTS:
         attempt("cast", file_type, lambda: cast(target, file_type, workdir))
+        if rows[-1]["method"] == "cast" and rows[-1]["setting"] == file_type:
+            sources.append((file_type, Path(rows[-1]["path"])))
     for pattern in PATTERNS:
         attempt("pruned", pattern, lambda: pruned(target, pattern, workdir / f"{target.stem}.pruned-"
                                                   f"{pattern.replace(':', '-').rstrip('%')}.gguf"))
-    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
-                                      if level.role == "mxfp4"]
-    used = {token for reference in references for token in reference.prompt + reference.answer}
-    for name, source in sources:
-        for size in (size for size in VOCABULARY_SIZES if size <= n_vocab // 2):
-            attempt(f"{name} vocabulary", str(size), lambda: trimmed(source, kept_tokens(source, used, size),
+    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab // 2]
+    order = common_tokens(target) if sizes else None
+    for name, source in sources:  # the target, its MXFP4 copy and each cast, with fewer tokens
+        for size in sizes:
+            attempt(f"{name} vocabulary", str(size), lambda: trimmed(source, kept_tokens(source, order, size),
                                                                      workdir / f"{source.stem}.vocab-{size}.gguf"))
-    for name, source in sources if steps else ():
+    for name, source in sources[:2] if steps else ():
         say(f"[draft] greedy block selection on the {name} ({steps} steps)")
         for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
             rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
     for row in rows:
         row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
-            row["agreement"], row["seconds_per_token"], itself.seconds_per_token)
+            row["agreement"], row["seconds_per_token"], itself.seconds_per_token, itself.batch_seconds)
     return references, rows
 
 
@@ -67,8 +70,20 @@ def _row(method: str, setting: str, measured, itself, level: int | None = None) 
             "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token, "level": level}
 
 
-def chain_with(model_set, draft: Path, costs: dict[Path, float]) -> list[Path]:
+def chain_with(model_set, draft: Path, rows: list[dict]) -> list[Path]:
     """The set's files with ``draft`` among its drafts, dearer drafts nearer the target (a level verifies the
-    cheaper one below it)."""
-    drafts = [Path(level.path) for level in model_set.levels[1:]] + [Path(draft)]
-    return [Path(model_set.levels[0].path), *sorted(drafts, key=lambda path: -costs[path])]
+    cheaper one below it); a draft of the set that ``draft`` dominates (it agrees no better and costs no less:
+    e.g. the MXFP4 copy beside the same copy with a trimmed vocabulary) leaves the chain."""
+    measured = {Path(row["path"]): row for row in rows}
+    new = measured[Path(draft)]
+
+    def dominated(path: Path) -> bool:
+        old = measured[path]
+        return old["agreement"] <= new["agreement"] + DOMINANCE_MARGIN and old["seconds_per_token"] >= new[
+            "seconds_per_token"]
+
+    drafts = [Path(level.path) for level in model_set.levels[1:] if not dominated(Path(level.path))] + [Path(draft)]
+    return [Path(model_set.levels[0].path), *sorted(drafts, key=lambda path: -measured[path]["seconds_per_token"])]
+
+
+DOMINANCE_MARGIN = 0.02  # agreement within this of the new draft's is no reason to keep an old one

@@ -6,9 +6,9 @@ vocabulary, so the answer is unchanged; a token the draft lacks is one it never 
 The draft's token i stands for the target's token ``target_ids[i]``, stored in the file (TARGET_IDS_KEY) with
 the target's vocabulary size; engine/context.py maps ids in and out, so the chain sees the target's ids only.
 Its last token is a stand-in with a zero embedding for every target token it lacks (fed as context, never
-proposed). Kept: every token the target's own text used, every token that is not plain text (control, byte,
-user-defined: the template's markers and the byte fallback), then the lowest ids, since a BPE vocabulary is
-ordered by merge rank and a SentencePiece one by score, both by how common a token was in training text."""
+proposed). Kept: every token that is not plain text (control, byte, user-defined: the template's markers and
+the byte fallback), then the commonest tokens in text on this machine (common_tokens). Not the tokens of the
+text agreement is measured on: the measure would then not see what the trim loses."""
 
 from __future__ import annotations
 
@@ -22,24 +22,56 @@ from assistant.drafts.rewrite import open_source, rewritten
 from assistant.engine.model import TARGET_IDS_KEY, TARGET_VOCAB_KEY
 from assistant.errors import AssistantError
 
-SIZES = (8192, 32768)  # vocabulary sizes tried, where under half the target's
+CORPUS_CHARS = 3_000_000  # of text counted for how common each token is (1-3 s to tokenize)
+SIZES = (8192, 16384, 32768)  # vocabulary sizes tried, where at most half the target's
 STAND_IN = b"<|assistant-draft-other|>"
 PLAIN_TYPES = (gguf.TokenType.NORMAL, gguf.TokenType.UNUSED)  # the types a trim may leave out
 EMBEDDING_TENSORS = ("token_embd.weight", "output.weight")
 
 
-def kept_tokens(source: Path, used, size: int) -> np.ndarray:
-    """The target ids a vocabulary of about ``size`` keeps, ascending: ``used`` (ids the target's text holds),
-    every token that is not plain text, then the lowest ids up to ``size``."""
-    reader = open_source(source)
-    types = _token_types(reader, source)
+def common_tokens(target: Path) -> np.ndarray:
+    """The target's token ids, most common first in text like a coding assistant's: the Python standard library's
+    own source (on every machine that runs us: code, comments and docstrings in English), up to CORPUS_CHARS;
+    tokens it never uses follow in id order (a BPE vocabulary's merge rank, roughly how common a token was in
+    the tokenizer's training text)."""
+    from assistant.engine import Model
+
+    with Model(target, vocab_only=True) as model:
+        counts = np.zeros(model.n_vocab, dtype=np.int64)
+        for text in _corpus():
+            ids = model.tokenize(text, add_special=False, parse_special=False)
+            np.add.at(counts, np.asarray(ids, dtype=np.int64), 1)
+    return np.argsort(-counts, kind="stable")
+
+
+def kept_tokens(source: Path, order: np.ndarray, size: int, extra=()) -> np.ndarray:
+    """The target ids a vocabulary of about ``size`` keeps, ascending: every token that is not plain text, the
+    ids ``extra``, then the commonest of ``order`` (common_tokens) up to ``size``."""
+    types = _token_types(open_source(source), source)
     keep = np.zeros(len(types), dtype=bool)
-    keep[np.asarray(sorted(set(used)), dtype=np.int64)] = True
+    keep[np.asarray(sorted(set(extra)), dtype=np.int64)] = True
     keep |= ~np.isin(types, [int(kind) for kind in PLAIN_TYPES])
     room = size - int(keep.sum())
     if room > 0:
-        keep[np.flatnonzero(~keep)[:room]] = True
+        candidates = np.asarray(order)[~keep[np.asarray(order)]]
+        keep[candidates[:room]] = True
     return np.flatnonzero(keep)
+
+
+def _corpus():
+    """Texts of the standard library's modules, CORPUS_CHARS in all (fewer where it ships compiled only)."""
+    import sysconfig
+
+    left = CORPUS_CHARS
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        if left <= 0:
+            return
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")[:left]
+        except OSError:
+            continue
+        left -= len(text)
+        yield text
 
 
 def trimmed(source: Path, kept: np.ndarray, destination: Path) -> Path:
