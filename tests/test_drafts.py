@@ -116,15 +116,14 @@ def test_assistant_draft_adds_the_best_candidate_to_the_set(demo_gguf, tmp_path)
 
 
 
-def test_a_draft_the_new_one_dominates_leaves_the_chain():
+def test_a_draft_predicted_slower_than_the_new_one_leaves_the_chain():
     from pathlib import Path
 
     from assistant.drafts.candidates import chain_with
 
     target, copy, trimmed, cast = Path("t.gguf"), Path("m.gguf"), Path("m.vocab.gguf"), Path("q3.gguf")
-    rows = [{"path": str(path), "agreement": agreement, "seconds_per_token": cost}
-            for path, agreement, cost in ((target, 1.0, 10.0), (copy, 0.69, 3.3), (trimmed, 0.70, 2.5),
-                                          (cast, 0.89, 3.4))]
+    rows = [{"path": str(path), "seconds_per_token": cost, "predicted_speedup": speedup}
+            for path, cost, speedup in ((target, 10.0, 1.0), (copy, 3.3, 1.5), (trimmed, 2.5, 1.7), (cast, 4.0, 1.4))]
     model_set = modelsets.ModelSet("s", [modelsets.Level("target", target), modelsets.Level("mxfp4", copy)])
-    assert chain_with(model_set, trimmed, rows) == [target, trimmed]  # agrees as well, costs less
-    assert chain_with(model_set, cast, rows) == [target, cast, copy]  # dearer and better: verifies the copy
+    assert chain_with(model_set, trimmed, rows) == [target, trimmed]  # predicted faster: it takes the copy's place
+    assert chain_with(model_set, cast, rows) == [target, cast, copy]  # predicted slower: the copy stays, under it

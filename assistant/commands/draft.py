@@ -85,8 +85,8 @@ def run(args) -> int:
         if level.path.resolve() != kept.resolve():
             print(f"  it replaces {level.path.name}")
     for level in left:
-        print(f"  {level.role} ({level.path.name}) leaves the chain: the new draft agrees as well and costs less "
-              "(its file stays)")
+        print(f"  {level.role} ({level.path.name}) leaves the chain: target <- the new draft is predicted faster "
+              f"(its file stays: {level.path})")
     return 0
 
 

@@ -47,7 +47,7 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
     for pattern in PATTERNS:
         attempt("pruned", pattern, lambda: pruned(target, pattern, workdir / f"{target.stem}.pruned-"
                                                   f"{pattern.replace(':', '-').rstrip('%')}.gguf"))
-    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab // 2]
+    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4]  # a quarter of the rows at least
     order = common_tokens(target) if sizes else None
     for name, source in sources:  # the target, its MXFP4 copy and each cast, with fewer tokens
         for size in sizes:
@@ -72,18 +72,12 @@ def _row(method: str, setting: str, measured, itself, level: int | None = None) 
 
 def chain_with(model_set, draft: Path, rows: list[dict]) -> list[Path]:
     """The set's files with ``draft`` among its drafts, dearer drafts nearer the target (a level verifies the
-    cheaper one below it); a draft of the set that ``draft`` dominates (it agrees no better and costs no less:
-    e.g. the MXFP4 copy beside the same copy with a trimmed vocabulary) leaves the chain."""
-    measured = {Path(row["path"]): row for row in rows}
-    new = measured[Path(draft)]
-
-    def dominated(path: Path) -> bool:
-        old = measured[path]
-        return old["agreement"] <= new["agreement"] + DOMINANCE_MARGIN and old["seconds_per_token"] >= new[
-            "seconds_per_token"]
-
-    drafts = [Path(level.path) for level in model_set.levels[1:] if not dominated(Path(level.path))] + [Path(draft)]
-    return [Path(model_set.levels[0].path), *sorted(drafts, key=lambda path: -measured[path]["seconds_per_token"])]
-
-
-DOMINANCE_MARGIN = 0.02  # agreement within this of the new draft's is no reason to keep an old one
+    cheaper one below it). A draft of the set whose own predicted speedup under the target is below the new
+    one's leaves the chain: measured on the demo set and Gemma 3, a third model level cost more rounds than it
+    saved (0.92-0.98x), a better draft in the place of a worse one paid (1.08-1.18x)."""
+    predicted = {Path(row["path"]): row for row in rows}
+    new = predicted[Path(draft)]
+    kept = [Path(level.path) for level in model_set.levels[1:]
+            if predicted[Path(level.path)]["predicted_speedup"] >= new["predicted_speedup"]]
+    drafts = kept + [Path(draft)]
+    return [Path(model_set.levels[0].path), *sorted(drafts, key=lambda path: -predicted[path]["seconds_per_token"])]

@@ -23,7 +23,7 @@ from assistant.engine.model import TARGET_IDS_KEY, TARGET_VOCAB_KEY
 from assistant.errors import AssistantError
 
 CORPUS_CHARS = 3_000_000  # of text counted for how common each token is (1-3 s to tokenize)
-SIZES = (8192, 16384, 32768)  # vocabulary sizes tried, where at most half the target's
+SIZES = (8192, 16384, 32768)  # vocabulary sizes tried, where at most 3/4 of the target's
 STAND_IN = b"<|assistant-draft-other|>"
 PLAIN_TYPES = (gguf.TokenType.NORMAL, gguf.TokenType.UNUSED)  # the types a trim may leave out
 EMBEDDING_TENSORS = ("token_embd.weight", "output.weight")
