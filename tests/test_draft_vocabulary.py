@@ -33,7 +33,7 @@ def test_the_draft_keeps_the_text_the_markers_and_the_commonest_tokens(trimmed_d
     types = np.asarray(reader.fields[gguf.Keys.Tokenizer.TOKEN_TYPE].contents())
     markers = np.flatnonzero(types != int(gguf.TokenType.NORMAL))
     assert set(used) <= set(kept.tolist()) and set(markers.tolist()) <= set(kept.tolist())
-    assert len(kept) == max(SIZE, len(set(used) | set(markers.tolist())))
+    assert len(kept) + 1 == -(-max(SIZE, len(set(used) | set(markers.tolist())) + 1) // 64) * 64  # with the stand-in
     with Model(target, vocab_only=True) as model:  # counted on Python's own source: its keywords come first
         assert set(model.tokenize(" return self", add_special=False)) <= set(common_tokens(target)[:256].tolist())
     with Model(path) as draft, Model(target, vocab_only=True) as whole:

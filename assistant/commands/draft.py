@@ -45,7 +45,7 @@ def run(args) -> int:
     for level in stale:
         say(f"[draft] {level.path.name} was made from an earlier version of {target.name}: left out")
     with tempfile.TemporaryDirectory(prefix="assistant-draft-", dir=home.models_dir()) as scratch:
-        _, rows = measured_candidates(measured_set, Path(scratch), args.steps, args.threads, say=say)
+        _, rows = measured_candidates(measured_set, Path(scratch), args.steps, args.threads, say=say, thorough=False)
         for row in rows[1:]:
             say(f"  {row['method']} {row['setting']}".rstrip() + f": agreement {row['agreement']:.3f}, cost "
                 f"{row['cost_vs_target']:.2f}x the target's, predicted {row['predicted_speedup']:.2f}x")

@@ -10,8 +10,11 @@ from pathlib import Path
 from assistant.errors import AssistantError
 
 
-def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None):
-    """(the target's reference text, rows: the target itself first, then every candidate)."""
+def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None,
+                        thorough: bool = True):
+    """(the target's reference text, rows: the target itself first, then every candidate). ``thorough`` False
+    (`assistant draft`) tries only what has paid in the bench's tables: the Q4_K_M cast, and the MXFP4 copy and
+    that cast with 16k and 32k tokens; no pruning (it costs what the target costs), no trimmed 16-bit target."""
     from assistant.drafts.agreement import measure, predicted_speedup, self_written
     from assistant.drafts.pruning import PATTERNS, pruned
     from assistant.drafts.search import CASTS, cast, dropped_blocks
@@ -38,22 +41,23 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
             return
         rows.append(_row(method, setting, measure(path, references, n_vocab, threads), itself))
 
-    sources = [("target", target)] + [(level.role, Path(level.path)) for level in model_set.levels[1:]
-                                      if level.role == "mxfp4"]
-    for file_type in CASTS:
+    copies = [(level.role, Path(level.path)) for level in model_set.levels[1:] if level.role == "mxfp4"]
+    casts = []
+    for file_type in CASTS if thorough else QUICK_CASTS:
         attempt("cast", file_type, lambda: cast(target, file_type, workdir))
         if rows[-1]["method"] == "cast" and rows[-1]["setting"] == file_type:
-            sources.append((file_type, Path(rows[-1]["path"])))
-    for pattern in PATTERNS:
+            casts.append((file_type, Path(rows[-1]["path"])))
+    for pattern in PATTERNS if thorough else ():
         attempt("pruned", pattern, lambda: pruned(target, pattern, workdir / f"{target.stem}.pruned-"
                                                   f"{pattern.replace(':', '-').rstrip('%')}.gguf"))
-    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4]  # a quarter of the rows at least
+    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4  # a quarter of the rows at least
+             and (thorough or size >= QUICK_VOCABULARY)]
     order = common_tokens(target) if sizes else None
-    for name, source in sources:  # the target, its MXFP4 copy and each cast, with fewer tokens
+    for name, source in ([("target", target)] if thorough else []) + copies + casts:
         for size in sizes:
             attempt(f"{name} vocabulary", str(size), lambda: trimmed(source, kept_tokens(source, order, size),
                                                                      workdir / f"{source.stem}.vocab-{size}.gguf"))
-    for name, source in sources[:2] if steps else ():
+    for name, source in [("target", target)] + copies if steps else ():
         say(f"[draft] greedy block selection on the {name} ({steps} steps)")
         for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
             rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
@@ -61,6 +65,10 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
         row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
             row["agreement"], row["seconds_per_token"], itself.seconds_per_token, itself.batch_seconds)
     return references, rows
+
+
+QUICK_CASTS = ("Q4_K_M",)
+QUICK_VOCABULARY = 16384  # the smallest trimmed vocabulary tried without ``thorough``
 
 
 def _row(method: str, setting: str, measured, itself, level: int | None = None) -> dict:

@@ -23,6 +23,7 @@ from assistant.engine.model import TARGET_IDS_KEY, TARGET_VOCAB_KEY
 from assistant.errors import AssistantError
 
 CORPUS_CHARS = 3_000_000  # of text counted for how common each token is (1-3 s to tokenize)
+ROWS_MULTIPLE = 64  # output rows our kernels take whole (an odd count left the trimmed BF16 target slower)
 SIZES = (8192, 16384, 32768)  # vocabulary sizes tried, where at most 3/4 of the target's
 STAND_IN = b"<|assistant-draft-other|>"
 PLAIN_TYPES = (gguf.TokenType.NORMAL, gguf.TokenType.UNUSED)  # the types a trim may leave out
@@ -46,12 +47,14 @@ def common_tokens(target: Path) -> np.ndarray:
 
 def kept_tokens(source: Path, order: np.ndarray, size: int, extra=()) -> np.ndarray:
     """The target ids a vocabulary of about ``size`` keeps, ascending: every token that is not plain text, the
-    ids ``extra``, then the commonest of ``order`` (common_tokens) up to ``size``."""
+    ids ``extra``, then the commonest of ``order`` (common_tokens); with the stand-in, a multiple of ROWS_MULTIPLE
+    tokens (``size`` where the first two fit in it)."""
     types = _token_types(open_source(source), source)
     keep = np.zeros(len(types), dtype=bool)
     keep[np.asarray(sorted(set(extra)), dtype=np.int64)] = True
     keep |= ~np.isin(types, [int(kind) for kind in PLAIN_TYPES])
-    room = size - int(keep.sum())
+    rows = -(-max(size, int(keep.sum()) + 1) // ROWS_MULTIPLE) * ROWS_MULTIPLE
+    room = min(rows, len(types)) - 1 - int(keep.sum())
     if room > 0:
         candidates = np.asarray(order)[~keep[np.asarray(order)]]
         keep[candidates[:room]] = True
