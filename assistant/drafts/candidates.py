@@ -13,9 +13,10 @@ from assistant.errors import AssistantError
 def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None,
                         thorough: bool = True):
     """(the target's reference text, rows: the target itself first, then every candidate). ``thorough`` False
-    (`assistant draft`) tries only what has paid in the bench's tables: the Q4_K_M cast, and the MXFP4 copy and
-    that cast with 16k and 32k tokens; no pruning (it costs what the target costs), no trimmed 16-bit target."""
-    from assistant.drafts.agreement import measure, predicted_speedup, self_written
+    (`assistant draft`) tries only what has paid in the bench's tables: the Q4_K_M cast, then the better of the
+    MXFP4 copy and that cast with 16k and 32k tokens; no pruning (it costs what the target costs), no trimmed
+    16-bit target."""
+    from assistant.drafts.agreement import measure, self_written
     from assistant.drafts.pruning import PATTERNS, pruned
     from assistant.drafts.search import CASTS, cast, dropped_blocks
     from assistant.drafts.vocabulary import SIZES as VOCABULARY_SIZES, common_tokens, kept_tokens, trimmed
@@ -53,7 +54,9 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
     sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4  # a quarter of the rows at least
              and (thorough or size >= QUICK_VOCABULARY)]
     order = common_tokens(target) if sizes else None
-    for name, source in ([("target", target)] if thorough else []) + copies + casts:
+    trimmed_sources = [("target", target)] + copies + casts if thorough else [
+        max(copies + casts, key=lambda source: _predicted(rows, source[1]), default=None)]
+    for name, source in [source for source in trimmed_sources if source is not None]:
         for size in sizes:
             attempt(f"{name} vocabulary", str(size), lambda: trimmed(source, kept_tokens(source, order, size),
                                                                      workdir / f"{source.stem}.vocab-{size}.gguf"))
@@ -61,9 +64,6 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
         say(f"[draft] greedy block selection on the {name} ({steps} steps)")
         for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
             rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
-    for row in rows:
-        row["predicted_speedup"], row["predicted_length"] = predicted_speedup(
-            row["agreement"], row["seconds_per_token"], itself.seconds_per_token, itself.batch_seconds)
     return references, rows
 
 
@@ -73,9 +73,18 @@ QUICK_VOCABULARY = 16384  # the smallest trimmed vocabulary tried without ``thor
 
 def _row(method: str, setting: str, measured, itself, level: int | None = None) -> dict:
     """``level``: the candidate's index in the set, where it is one of the set's files already."""
+    from assistant.drafts.agreement import predicted_speedup
+
+    speedup, length = predicted_speedup(measured.agreement, measured.seconds_per_token, itself.seconds_per_token,
+                                        itself.batch_seconds)
     return {"method": method, "setting": setting, "path": str(measured.path), "size": measured.size,
             "agreement": measured.agreement, "seconds_per_token": measured.seconds_per_token,
-            "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token, "level": level}
+            "cost_vs_target": measured.seconds_per_token / itself.seconds_per_token, "level": level,
+            "predicted_speedup": speedup, "predicted_length": length}
+
+
+def _predicted(rows: list[dict], path: Path) -> float:
+    return next(row["predicted_speedup"] for row in rows if Path(row["path"]) == path)
 
 
 def chain_with(model_set, draft: Path, rows: list[dict]) -> list[Path]:
