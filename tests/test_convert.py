@@ -192,7 +192,8 @@ def test_cli_converts_and_registers_model_set(tiny_checkpoint, capsys):
     checkpoint = tiny_checkpoint("qwen2")
     assert main(["convert", str(checkpoint / "model.safetensors"), "--name", "tiny"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "tiny.bf16.gguf" in out[0] and "registered model set 'tiny'" in out[0]
+    assert len(out) == 2 and "tiny.bf16.gguf" in out[0] and "registered model set 'tiny'" in out[0]
+    assert "`assistant draft tiny` makes one" in out[1]  # a set with no small draft is told it can have one
     model_set = modelsets.get("tiny")
     assert [level.role for level in model_set.levels] == ["target", "mxfp4"]
     assert [level.path.name for level in model_set.levels] == ["tiny.bf16.gguf", "tiny.mxfp4.gguf"]

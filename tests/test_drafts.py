@@ -127,3 +127,15 @@ def test_a_draft_predicted_slower_than_the_new_one_leaves_the_chain():
     model_set = modelsets.ModelSet("s", [modelsets.Level("target", target), modelsets.Level("mxfp4", copy)])
     assert chain_with(model_set, trimmed, rows) == [target, trimmed]  # predicted faster: it takes the copy's place
     assert chain_with(model_set, cast, rows) == [target, cast, copy]  # predicted slower: the copy stays, under it
+
+
+def test_import_with_make_draft_drafts_the_new_set(demo_gguf, tmp_path):
+    run = _assistant(tmp_path / "home")
+    plain = run("import", str(demo_gguf["target_bf16"]), "--name", "plain", "--copy", "no")
+    assert plain.returncode == 0, plain.stderr
+    assert "`assistant draft plain` makes one" in plain.stdout
+    drafted = run("import", str(demo_gguf["target_bf16"]), "--name", "drafted", "--copy", "no", "--make-draft")
+    assert drafted.returncode == 0, drafted.stderr
+    levels = modelsets.get("drafted", tmp_path / "home" / "models").levels
+    assert "added cast" in drafted.stdout and [level.role for level in levels] == ["target", "draft"]
+    assert levels[1].made_from == modelsets.fingerprint(demo_gguf["target_bf16"])

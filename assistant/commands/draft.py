@@ -28,12 +28,17 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    if args.steps < 0:
+        raise AssistantError(f"--steps must be 0 or more, not {args.steps}")
+    return make(args.model_set, args.steps, args.threads, args.dry_run)
+
+
+def make(set_name: str | None, steps: int = 0, threads: int | None = None, dry_run: bool = False) -> int:
+    """Measure the candidates for the set ``set_name`` (None: the default set) and add the best (see above)."""
     from assistant import home, modelsets
     from assistant.drafts.candidates import chain_with, measured_candidates
 
-    if args.steps < 0:
-        raise AssistantError(f"--steps must be 0 or more, not {args.steps}")
-    model_set = modelsets.get(args.model_set)
+    model_set = modelsets.get(set_name)
     missing = model_set.missing_files()
     if missing:
         raise AssistantError(f"model set {model_set.name!r}: missing file {missing[0]}")
@@ -45,7 +50,7 @@ def run(args) -> int:
     for level in stale:
         say(f"[draft] {level.path.name} was made from an earlier version of {target.name}: left out")
     with tempfile.TemporaryDirectory(prefix="assistant-draft-", dir=home.models_dir()) as scratch:
-        _, rows = measured_candidates(measured_set, Path(scratch), args.steps, args.threads, say=say, thorough=False)
+        _, rows = measured_candidates(measured_set, Path(scratch), steps, threads, say=say, thorough=False)
         for row in rows[1:]:
             say(f"  {row['method']} {row['setting']}".rstrip() + f": agreement {row['agreement']:.3f}, cost "
                 f"{row['cost_vs_target']:.2f}x the target's, predicted {row['predicted_speedup']:.2f}x")
@@ -53,13 +58,13 @@ def run(args) -> int:
         if best is None or best["level"] is not None or best["predicted_speedup"] <= 1.0:
             beaten = "its own drafts" if best is not None and best["predicted_speedup"] > 1.0 else "the target alone"
             print(f"no new draft for {model_set.name!r}: no candidate beats {beaten}")
-            if stale and not args.dry_run:
+            if stale and not dry_run:
                 _register(model_set, measured_set.levels)
                 _delete(stale, home.models_dir())
                 print(f"removed the stale draft {stale[0].path.name} from {model_set.name!r}")
             return 0
         name = f"{best['method']} {best['setting']}".strip()
-        if args.dry_run:
+        if dry_run:
             print(f"{model_set.name!r} would gain {name} ({best['size'] / 1e6:.1f} MB, predicted "
                   f"{best['predicted_speedup']:.2f}x the target alone)")
             return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from assistant.commands.convert import add_output_arguments, output_types, report_and_register
+from assistant.commands.convert import add_output_arguments, after_registering, output_types, report_and_register
 
 HELP = "register a GGUF file (a path, or ollama:NAME[:TAG]) as a model set's target, as it is or upcast to BF16"
 
@@ -62,15 +62,16 @@ def run(args) -> int:
         written = import_gguf(args.source, outdir=args.outdir, name=args.name, types=output_types(args),
                               force=args.force, mxfp4_output=args.mxfp4_output or DEFAULT)
         first = next(iter(written))
-        report_and_register(written[first].name.removesuffix(f".{first}.gguf"), written,
-                            register=not args.no_register, drafts=drafts)
+        name = written[first].name.removesuffix(f".{first}.gguf")
+        report_and_register(name, written, register=not args.no_register, drafts=drafts)
+        after_registering(args, name)
         return 0
-    keep(args, drafts)
+    after_registering(args, keep(args, drafts))
     return 0
 
 
-def keep(args, drafts: list[Path]) -> None:
-    """--target as-is: the file registered in place, with its copy where one pays."""
+def keep(args, drafts: list[Path]) -> str:
+    """--target as-is: the file registered in place, with its copy where one pays; the set's name."""
     from assistant import modelsets
     from assistant.engine.gguf_header import read_header
     from assistant.errors import AssistantError
@@ -103,6 +104,7 @@ def keep(args, drafts: list[Path]) -> None:
         summary += f"; registered model set {kept.name!r} ({' -> '.join(level.role for level in levels)})"
     print(summary)
     print(f"  ({kept.reason})")
+    return kept.name
 
 
 def locate_source(source) -> Path:
