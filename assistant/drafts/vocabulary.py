@@ -49,7 +49,11 @@ def kept_tokens(source: Path, order: np.ndarray, size: int, extra=()) -> np.ndar
     """The target ids a vocabulary of about ``size`` keeps, ascending: every token that is not plain text, the
     ids ``extra``, then the commonest of ``order`` (common_tokens); with the stand-in, a multiple of ROWS_MULTIPLE
     tokens (``size`` where the first two fit in it)."""
-    types = _token_types(open_source(source), source)
+    from assistant.engine.gguf_header import read_header
+
+    types = read_header(source).number_array(gguf.Keys.Tokenizer.TOKEN_TYPE)  # without parsing every token
+    if types is None:
+        types = _token_types(open_source(source), source)
     keep = np.zeros(len(types), dtype=bool)
     keep[np.asarray(sorted(set(extra)), dtype=np.int64)] = True
     keep |= ~np.isin(types, [int(kind) for kind in PLAIN_TYPES])
