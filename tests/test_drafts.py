@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
@@ -114,6 +116,35 @@ def test_assistant_draft_adds_the_best_candidate_to_the_set(demo_gguf, tmp_path)
     assert "left out" in again.stderr and len(levels) <= 2 and not modelsets.get("solo", models).stale_levels()
     assert added.path.exists() == any(level.path == added.path for level in levels)
 
+
+
+def test_assistant_draft_on_a_terminal_shows_a_progress_bar(demo_gguf, tmp_path):
+    """On a terminal each candidate is a step of one bar, counted to the end; the results follow it."""
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    modelsets.register("solo", [modelsets.Level("target", demo_gguf["target_bf16"])], models_dir=home / "models")
+    parent, child = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "assistant", "draft", "solo", "--dry-run", "--threads", "1"],
+                          env={**os.environ, "ASSISTANT_HOME": str(home)}, stdout=subprocess.PIPE, stderr=child,
+                          text=True, timeout=600)
+    os.close(child)
+    shown = b""
+    while chunk := _read_ready(parent):
+        shown += chunk
+    os.close(parent)
+    assert done.returncode == 0 and "would gain" in done.stdout
+    bars = [line for line in shown.decode().split("\r") if line.startswith("draft solo [")]
+    total = int(bars[0].split("] 0/")[1].split()[0])
+    assert [int(line.split("] ")[1].split("/")[0]) for line in bars] == list(range(total))
+    assert "the target itself" in bars[1] and "cast Q4_K_M" in shown.decode()
+
+
+def _read_ready(fd: int) -> bytes:
+    """What a pseudo-terminal holds now (b"" once its writer has closed and it is drained)."""
+    try:
+        return os.read(fd, 65536) if select.select([fd], [], [], 1.0)[0] else b""
+    except OSError:  # EIO: the other end is closed
+        return b""
 
 
 def test_a_draft_predicted_slower_than_the_new_one_leaves_the_chain():

@@ -25,7 +25,7 @@ from pathlib import Path
 from assistant.bench import llamacpp
 from native import build
 from assistant.bench.pipelines import BASELINE, LLAMA_CPP, PipelineSpec
-from assistant.bench.progress import Progress
+from converters.progress import Steps
 from assistant.speculative.policy import MAX_DRAFT
 from assistant.errors import AssistantError
 
@@ -99,7 +99,7 @@ def run_workload(workload, prompts: list[dict], settings: Settings) -> dict:
     chain = _oracle_pipeline(specs) if any(spec.key == BASELINE for spec in specs) else None
     steps = (len(specs) + sweep_runs + len(prompts) * (len(specs) + int(settings.llama_cpp))
              + len(prompts) * int(any(spec.key == BASELINE for spec in specs)) + (len(prompts) if chain else 0))
-    progress = Progress(f"bench {workload.key}", steps, settings.show_progress)
+    progress = Steps(f"bench {workload.key}", steps, settings.show_progress)
     began = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
     try:
@@ -196,7 +196,7 @@ def _median_costs(samples: tuple[dict | None, ...]) -> dict | None:
 
 
 def _oracle_inputs(worker: WorkerProcess, chain: PipelineSpec, prompts: list[dict], answers: list[dict],
-                   costs: list[dict | None], progress: Progress) -> dict:
+                   costs: list[dict | None], progress: Steps) -> dict:
     """What the oracle needs: where each of the chain's drafts agrees with each answer of the target alone,
     and what a batch costs each of its model levels (``costs``, sampled over the run; the target's own costs are
     verify_costs)."""
@@ -228,7 +228,7 @@ def _record(prompt: dict, index: int, reply: dict) -> dict:
     return record
 
 
-def _sweep(bin_dir: Path, workload, prompt_texts: list[str], settings: Settings, progress: Progress) -> list[dict]:
+def _sweep(bin_dir: Path, workload, prompt_texts: list[str], settings: Settings, progress: Steps) -> list[dict]:
     """llama.cpp's program with each draft model and draft length on the first prompts; all rows kept."""
     rows = []
     texts = prompt_texts[: settings.sweep_prompts]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from assistant.bench import llamacpp
 from assistant.errors import AssistantError
-from assistant.bench.progress import Progress
+from converters.progress import Steps
 from assistant.bench.runner import WARMUP_TOKENS, WorkerProcess
 
 TARGET, DEFAULT = "target", "default-chain"
@@ -83,7 +83,7 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
     chosen = methods(levels, lengths, llama_cpp=bin_dir is not None)
     ours = [method for method in chosen if "spec" in method]
     runs_per = sum(len(seeds) if setting["temperature"] > 0 else 1 for setting in grid) * len(prompts)
-    progress = Progress("bench --temperature", len(ours) + runs_per * len(chosen), show_progress)
+    progress = Steps("bench --temperature", len(ours) + runs_per * len(chosen), show_progress)
     log_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     worker = WorkerProcess("ours", {}, log_dir / "worker-sampled.log")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assistant.bench import llamabench, llamacpp, set_methods
-from assistant.bench.progress import Progress
+from converters.progress import Steps
 from assistant.bench.runner import WARMUP_TOKENS, WorkerProcess
 from assistant.bench.set_methods import NGRAM_BASELINE, TARGET, Method
 
@@ -42,7 +42,7 @@ def run(model_set, prompts: list[dict], settings: SetSettings, bin_dir: Path) ->
     sweep_prompts = min(settings.sweep_prompts, len(prompts))
     steps = (len(ours) + len(drafted) * len(settings.sweep_lengths) * sweep_prompts
              + len(prompts) * (len(ours) + len(baselines)))
-    progress = Progress(f"bench --set {model_set.name}", steps, settings.show_progress)
+    progress = Steps(f"bench --set {model_set.name}", steps, settings.show_progress)
     began = time.perf_counter()
     worker = WorkerProcess("ours", {}, log_dir / f"worker-set-{model_set.name}.log")
     try:
@@ -107,7 +107,7 @@ def _baseline(method: Method, model_set, prompt: dict, draft_length: int | None,
 
 
 def _sweep(model_set, methods: list[Method], prepared: list[dict], settings: SetSettings, bin_dir: Path,
-           progress: Progress) -> list[dict]:
+           progress: Steps) -> list[dict]:
     """llama-speculative-simple with each draft at each length on the first prompts; every row kept."""
     rows = []
     for method in methods:

@@ -37,6 +37,7 @@ def make(set_name: str | None, steps: int = 0, threads: int | None = None, dry_r
     """Measure the candidates for the set ``set_name`` (None: the default set) and add the best (see above)."""
     from assistant import home, modelsets
     from assistant.drafts.candidates import chain_with, measured_candidates
+    from converters.progress import Steps
 
     model_set = modelsets.get(set_name)
     missing = model_set.missing_files()
@@ -46,11 +47,17 @@ def make(set_name: str | None, steps: int = 0, threads: int | None = None, dry_r
     measured_set = dataclasses.replace(model_set, levels=[level for level in model_set.levels if level not in stale])
     target = model_set.target.path
     made_from = modelsets.fingerprint(target)
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    progress = Steps(f"draft {model_set.name}", 1)
+
+    def say(text: str) -> None:  # over the bar's line where one shows
+        print("\r" + text.ljust(118) if progress.enabled else text, file=sys.stderr, flush=True)
+
     for level in stale:
         say(f"[draft] {level.path.name} was made from an earlier version of {target.name}: left out")
     with tempfile.TemporaryDirectory(prefix="assistant-draft-", dir=home.models_dir()) as scratch:
-        _, rows = measured_candidates(measured_set, Path(scratch), steps, threads, say=say, thorough=False)
+        _, rows = measured_candidates(measured_set, Path(scratch), steps, threads, say=say, thorough=False,
+                                      progress=progress)
+        progress.finish()
         for row in rows[1:]:
             say(f"  {row['method']} {row['setting']}".rstrip() + f": agreement {row['agreement']:.3f}, cost "
                 f"{row['cost_vs_target']:.2f}x the target's, predicted {row['predicted_speedup']:.2f}x")

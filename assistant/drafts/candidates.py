@@ -11,11 +11,12 @@ from assistant.errors import AssistantError
 
 
 def measured_candidates(model_set, workdir: Path, steps: int, threads: int | None = None, say=lambda text: None,
-                        thorough: bool = True):
+                        thorough: bool = True, progress=None):
     """(the target's reference text, rows: the target itself first, then every candidate). ``thorough`` False
     (`assistant draft`) tries only what has paid in the bench's tables: the Q4_K_M cast, then the better of the
     MXFP4 copy and that cast with 16k and 32k tokens; no pruning (it costs what the target costs), no trimmed
-    16-bit target."""
+    16-bit target. ``progress``: a `converters.progress.Steps` whose total this sets; where it shows, it stands in
+    for the lines ``say`` would print for each step."""
     from assistant.drafts.agreement import measure, self_written
     from assistant.drafts.pruning import PATTERNS, pruned
     from assistant.drafts.search import CASTS, cast, dropped_blocks
@@ -24,17 +25,36 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
 
     target = Path(model_set.levels[0].path)
     workdir.mkdir(parents=True, exist_ok=True)
-    say(f"[draft] the target's own text: {target.name}")
-    references = self_written(target, threads=threads)
     with Model(target, vocab_only=True) as model:
         n_vocab = model.n_vocab
+    copies = [(level.role, Path(level.path)) for level in model_set.levels[1:] if level.role == "mxfp4"]
+    file_types = CASTS if thorough else QUICK_CASTS
+    patterns = PATTERNS if thorough else ()
+    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4  # a quarter of the rows at least
+             and (thorough or size >= QUICK_VOCABULARY)]
+    trimmings = (1 + len(copies) + len(file_types) if thorough else 1) * len(sizes)
+    searches = (1 + len(copies)) * steps
+    if progress is not None:
+        progress.total = 2 + len(model_set.levels[1:]) + len(file_types) + len(patterns) + trimmings + searches
+
+    def announce(what: str) -> None:
+        if progress is not None and progress.enabled:
+            progress.step(what)
+        else:
+            say(f"[draft] {what}")
+
+    announce(f"the target's own text: {target.name}")
+    references = self_written(target, threads=threads)
+    announce("the target itself")
     itself = measure(target, references, n_vocab, threads, batches=True)
     rows = [_row("the target itself", "", itself, itself, level=0)]
     for index, level in enumerate(model_set.levels[1:], 1):
+        announce(f"the set's {level.role}")
         rows.append(_row(f"the set's {level.role}", "", measure(Path(level.path), references, n_vocab, threads),
                          itself, level=index))
+
     def attempt(method: str, setting: str, make) -> None:
-        say(f"[draft] {method} {setting}")
+        announce(f"{method} {setting}")
         try:
             path = make()
         except AssistantError as error:  # e.g. a cast or pruning of a target that is quantized already
@@ -42,17 +62,14 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
             return
         rows.append(_row(method, setting, measure(path, references, n_vocab, threads), itself))
 
-    copies = [(level.role, Path(level.path)) for level in model_set.levels[1:] if level.role == "mxfp4"]
     casts = []
-    for file_type in CASTS if thorough else QUICK_CASTS:
+    for file_type in file_types:
         attempt("cast", file_type, lambda: cast(target, file_type, workdir))
         if rows[-1]["method"] == "cast" and rows[-1]["setting"] == file_type:
             casts.append((file_type, Path(rows[-1]["path"])))
-    for pattern in PATTERNS if thorough else ():
+    for pattern in patterns:
         attempt("pruned", pattern, lambda: pruned(target, pattern, workdir / f"{target.stem}.pruned-"
                                                   f"{pattern.replace(':', '-').rstrip('%')}.gguf"))
-    sizes = [size for size in VOCABULARY_SIZES if size <= n_vocab * 3 // 4  # a quarter of the rows at least
-             and (thorough or size >= QUICK_VOCABULARY)]
     order = common_tokens(target) if sizes else None
     trimmed_sources = [("target", target)] + copies + casts if thorough else [
         max(copies + casts, key=lambda source: _predicted(rows, source[1]), default=None)]
@@ -62,7 +79,8 @@ def measured_candidates(model_set, workdir: Path, steps: int, threads: int | Non
                                                                      workdir / f"{source.stem}.vocab-{size}.gguf"))
     for name, source in [("target", target)] + copies if steps else ():
         say(f"[draft] greedy block selection on the {name} ({steps} steps)")
-        for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say):
+        for dropped, measured in dropped_blocks(source, references, n_vocab, workdir, steps, threads, say=say,
+                                                step=lambda number: announce(f"{name}: block search, step {number}")):
             rows.append(_row(f"{name} without blocks", ",".join(map(str, sorted(dropped))), measured, itself))
     return references, rows
 

@@ -32,14 +32,16 @@ def cast(source: Path, file_type: str, workdir: Path) -> Path:
 
 
 def dropped_blocks(source: Path, references, n_vocab: int, workdir: Path, steps: int, threads=None,
-                   say=lambda text: None) -> list[tuple[frozenset[int], Measured]]:
+                   say=lambda text: None, step=lambda number: None) -> list[tuple[frozenset[int], Measured]]:
     """Greedy block selection: at each of ``steps`` steps every remaining block is tried out (dropped on top of
     the blocks dropped so far) and the one whose loss costs the least agreement is dropped for good. One
-    (blocks dropped, measurement) per step; only each step's best file is kept in ``workdir``."""
+    (blocks dropped, measurement) per step; only each step's best file is kept in ``workdir``. ``step`` is told
+    each step's number as it starts."""
     blocks = block_count(source)
     dropped: frozenset[int] = frozenset()
     chosen = []
-    for step in range(min(steps, blocks - 1)):
+    for number in range(1, min(steps, blocks - 1) + 1):
+        step(number)
         best = None
         for block in range(blocks):
             if block in dropped:
@@ -56,5 +58,5 @@ def dropped_blocks(source: Path, references, n_vocab: int, workdir: Path, steps:
                 path.unlink(missing_ok=True)
         dropped = best[0]
         chosen.append(best)
-        say(f"  step {step + 1}: without blocks {sorted(dropped)}: agreement {best[1].agreement:.3f}")
+        say(f"  step {number}: without blocks {sorted(dropped)}: agreement {best[1].agreement:.3f}")
     return chosen
