@@ -332,6 +332,7 @@ def test_summary_speedups_are_per_prompt_ratios_with_geomean():
     (["--temperature", "warm"], "--temperature: give comma-separated numbers from 0.0 to 10.0, not 'warm'"),
     (["--temperature", "0.7", "--top-p", "0"], "--top-p: give comma-separated numbers from 0.01 to 1.0, not '0'"),
     (["--temperature", "0.7", "--seeds", "0"], "--seeds must be 1 or more"),
+    (["--temperature", "0.7", "--repeats", "0"], "--repeats must be 1 or more"),
 ])
 def test_bad_options_are_one_line_errors(args, message, tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), *args]) == 1
@@ -547,6 +548,22 @@ def test_temperature_run_compares_every_method_at_each_setting_with_llama_cpp(tm
     assert all(row["identical"] for row in record["rows"] if "identical" in row)
     assert all(setting["methods"]["target"]["median"] == 1.0 for setting in result["summary"])
     assert "| T=0.8 top-p=0.9 |" in (out / "sampled.md").read_text()
+
+
+def test_repeated_passes_count_each_seed_by_its_median_time():
+    """`--repeats`: a pass that the VM slowed (the 9.0 s below) does not decide a prompt's ratio."""
+    from assistant.bench.sampled import summarize
+
+    def row(method, seed, repeat, seconds):
+        return {"method": method, "prompt": "p", "temperature": 0.7, "top_p": 1.0, "seed": seed, "repeat": repeat,
+                "seconds": seconds, "new_tokens": 100, "identical": True, "levels": [{"role": "target"}]}
+
+    rows = [row("target", seed, repeat, 2.0) for seed in (0, 1) for repeat in range(3)]
+    rows += [row("default-chain", 0, 0, 1.0), row("default-chain", 0, 1, 9.0), row("default-chain", 0, 2, 1.0),
+             row("default-chain", 1, 0, 1.0), row("default-chain", 1, 1, 1.0), row("default-chain", 1, 2, 1.0)]
+    record = {"grid": [{"temperature": 0.7, "top_p": 1.0}], "rows": rows}
+    chain = summarize(record)[0]["methods"]["default-chain"]
+    assert chain["median"] == chain["lowest"] == 2.0
 
 
 def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):

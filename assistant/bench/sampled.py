@@ -79,10 +79,13 @@ def settings_grid(temperatures: list[float], top_ps: list[float]) -> list[dict]:
 
 def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], seeds: list[int], max_tokens: int,
         threads: int, lengths: tuple[int, ...], bin_dir: Path | None, log_dir: Path, n_ctx: int = 4096,
-        show_progress: bool | None = None) -> dict:
+        show_progress: bool | None = None, repeats: int = 1) -> dict:
+    """``repeats``: passes over every method per (prompt, seed), each in a new rotation; a method's time there is
+    the median of its passes (on a VM whose speed drifts by 2x over minutes, one pass gives a prompt's ratio
+    +-15%)."""
     chosen = methods(levels, lengths, llama_cpp=bin_dir is not None)
     ours = [method for method in chosen if "spec" in method]
-    runs_per = sum(len(seeds) if setting["temperature"] > 0 else 1 for setting in grid) * len(prompts)
+    runs_per = sum(len(seeds) if setting["temperature"] > 0 else 1 for setting in grid) * len(prompts) * repeats
     progress = Steps("bench --temperature", len(ours) + runs_per * len(chosen), show_progress)
     log_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
@@ -97,13 +100,15 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
         turn = 0
         for setting in grid:
             for index, prompt in enumerate(prompts):
-                for seed in (seeds if setting["temperature"] > 0 else [None]):
+                for seed, repeat in [(seed, repeat) for seed in (seeds if setting["temperature"] > 0 else [None])
+                                     for repeat in range(repeats)]:
                     sampling = dict(setting, seed=seed)
                     shift = turn % len(chosen)
                     turn += 1
                     for method in chosen[shift:] + chosen[:shift]:
                         progress.step(f"T={setting['temperature']} {prompt.get('id', index)} {method['key']}")
-                        row = {"method": method["key"], "prompt": prompt.get("id", str(index)), **sampling}
+                        row = {"method": method["key"], "prompt": prompt.get("id", str(index)), **sampling,
+                               "repeat": repeat}
                         if "spec" in method:
                             reply = worker.call("run", pipeline=method["key"], messages=prompt["messages"],
                                                 max_tokens=max_tokens, sampling=sampling)
@@ -126,7 +131,7 @@ def run(levels: list[tuple[str, Path]], prompts: list[dict], grid: list[dict], s
     _check_identity(rows)
     return {"levels": [{"role": role, "path": str(path)} for role, path in levels],
             "methods": [{key: value for key, value in method.items() if key != "spec"} for method in chosen],
-            "grid": grid, "seeds": seeds, "prompts": [prompt.get("id", str(i)) for i, prompt in enumerate(prompts)],
+            "grid": grid, "seeds": seeds, "repeats": repeats, "prompts": [prompt.get("id", str(i)) for i, prompt in enumerate(prompts)],
             "max_tokens": max_tokens, "threads": threads, "rows": rows, "seconds": time.perf_counter() - began}
 
 
@@ -150,16 +155,20 @@ def _check_identity(rows: list[dict]) -> None:
 def summarize(record: dict) -> list[dict]:
     """Per setting: each method's median and lowest ratio over prompts (the target alone's seconds per new token
     over its own, seeds summed: ours write the target's tokens, llama.cpp's program samples others, of other
-    lengths), its acceptance (ours: per level below the target), and answers differing from the target's."""
+    lengths; a seed's time the median of its repeats), its acceptance (ours: per level below the target), and
+    answers differing from the target's."""
     summary = []
     for setting in record["grid"]:
         rows = [row for row in record["rows"]
                 if row["temperature"] == setting["temperature"] and row["top_p"] == setting["top_p"]]
-        spent: dict[str, dict[str, list[float]]] = {}  # method -> prompt -> [seconds, new tokens]
+        passes: dict[tuple, list[dict]] = {}  # (method, prompt, seed) -> its rows, one a repeat
         for row in rows:
-            totals = spent.setdefault(row["method"], {}).setdefault(row["prompt"], [0.0, 0])
-            totals[0] += row["seconds"]
-            totals[1] += row["new_tokens"]
+            passes.setdefault((row["method"], row["prompt"], row["seed"]), []).append(row)
+        spent: dict[str, dict[str, list[float]]] = {}  # method -> prompt -> [seconds, new tokens]
+        for (method, prompt, _), repeated in passes.items():
+            totals = spent.setdefault(method, {}).setdefault(prompt, [0.0, 0])
+            totals[0] += statistics.median(row["seconds"] for row in repeated)
+            totals[1] += statistics.median(row["new_tokens"] for row in repeated)
         base = spent[TARGET]
         methods_summary = {}
         for method, per_prompt in spent.items():
@@ -194,7 +203,9 @@ def markdown(result: dict) -> str:
     lines = [
         "# Sampled speed: speedup over the target alone by temperature and draft length", "",
         f"Machine: {machine['cpu']} ({machine['cpu_class']}), {machine['cpus']} CPUs; kernels: {machine['kernels']}.",
-        f"{len(record['prompts'])} prompts x {len(record['seeds'])} seeds, {record['max_tokens']} new tokens, "
+        f"{len(record['prompts'])} prompts x {len(record['seeds'])} seeds"
+        + (f" x {record['repeats']} passes (a seed's time: their median)" if record.get("repeats", 1) > 1 else "")
+        + f", {record['max_tokens']} new tokens, "
         f"{record['threads']} threads; whole requests, alternated; a cell is the median over prompts of the target "
         "alone's seconds per new token over the method's (lowest prompt in brackets).", "",
         "| method | " + " | ".join(f"T={s['temperature']} top-p={s['top_p']}" for s in summary) + " |",

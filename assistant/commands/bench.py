@@ -90,6 +90,9 @@ def add_arguments(parser):
                              "default) or a workload's pair; writes sampled.json and sampled.md (default 8 prompts)")
     parser.add_argument("--top-p", default="1.0", metavar="P,...", help="top-p values for --temperature (default 1.0)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per prompt and setting for --temperature (default 2)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="passes over every method per prompt and seed for --temperature, in rotation; a "
+                             "seed's time is their median (default 1; 3 steadies a prompt's ratio on a noisy VM)")
     parser.add_argument("--delays", default="0,2,10", metavar="MS,...",
                         help="added round-trip times for --remote, in milliseconds (default 0,2,10)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
@@ -194,6 +197,8 @@ def _sampled(args, lengths: tuple[int, ...]) -> int:
     top_ps = sampled.parse_numbers("--top-p", args.top_p, 0.01, 1.0)
     if args.seeds < 1:
         raise AssistantError(f"--seeds must be 1 or more, not {args.seeds}")
+    if args.repeats < 1:
+        raise AssistantError(f"--repeats must be 1 or more, not {args.repeats}")
     if not lengths or min(lengths) < 1:
         raise AssistantError(f"--sweep-lengths: give draft lengths of 1 or more, not {args.sweep_lengths!r}")
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -222,10 +227,10 @@ def _sampled(args, lengths: tuple[int, ...]) -> int:
     machine = report.machine()
     grid = sampled.settings_grid(temperatures, top_ps)
     say(f"[bench] sampled speed, {name} on {machine['cpu']}: {len(grid)} settings x {len(prompts)} prompts x "
-        f"{args.seeds} seeds, {max_tokens} tokens, {args.threads} threads")
+        f"{args.seeds} seeds x {args.repeats} passes, {max_tokens} tokens, {args.threads} threads")
     args.out.mkdir(parents=True, exist_ok=True)
     record = sampled.run(levels, prompts, grid, list(range(args.seeds)), max_tokens, args.threads, lengths,
-                         build.tools_dir(), args.out / "logs")
+                         build.tools_dir(), args.out / "logs", repeats=args.repeats)
     result = {"machine": machine, "workload": name, "record": record, "summary": sampled.summarize(record)}
     (args.out / "sampled.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     text = sampled.markdown(result)
