@@ -385,6 +385,23 @@ def test_serving_run_compares_the_server_with_in_process_generation(tmp_path, de
     assert "served / direct tokens/s" in done.stdout and result["machine"]["cpu"]
 
 
+def test_sampled_serving_run_compares_the_chain_with_the_target_alone(tmp_path, demo_set):
+    """`--serving --temperature`: two real servers, seeded sampled requests; a seed's answers must be the same text
+    from both (the run fails otherwise), so every row is a like-for-like ratio."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "fib", "messages": [{"role": "user", "content": "def fibonacci(n):"}]}\n')
+    done = bench("--serving", "--temperature", "0.8", "--seeds", "2", "--prompts", str(prompts), "--max-tokens", "16",
+                 "--threads", "1", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "serving-sampled.json").read_text())
+    (row,) = result["rows"]
+    assert row["id"] == "fib" and row["tokens"] > 16 and row["chain_tps"] > 0 and row["target_tps"] > 0
+    assert result["temperature"] == 0.8 and result["lowest"] == row["chain_over_target"]
+    assert "at temperature 0.8" in done.stdout
+    refused = bench("--serving", "--temperature", "0.3,0.8", "--out", str(tmp_path / "no"))
+    assert refused.returncode == 1 and "one --temperature" in refused.stderr
+
+
 def test_attached_run_compares_the_chain_with_and_without_the_ngram_level(tmp_path, demo_set):
     done = bench("--attached", "--limit", "2", "--max-tokens", "16", "--threads", "1", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.conversation.settings import ChatSettings, save
+from assistant.conversation.settings import ChatSettings, load, save
 from assistant.conversation.store import Store
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -320,5 +320,13 @@ def test_chat_speed_measures_the_chat_in_tmux_against_generate(assistant_home, d
     result = json.loads(done.stdout)
     assert result["same_answer"], result
     assert [len(rates) for rates in result["rates"].values()] == [1, 1] and min(map(min, result["rates"].values())) > 0
-    assert result["chat_over_generate"] > 0 and result["generate_spread"] == 0
+    assert result["chat_over_generate"] > 0 and result["base_spread"] == 0
     assert Store(assistant_home / "conversations.sqlite3").conversations() == []
+
+    against = subprocess.run([sys.executable, "-m", "assistant.bench.chat_speed", "--repeats", "1", "--json",
+                              "--against-target", "--temperature", "0.7", "--question", "def fibonacci(n):"],
+                             env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=600)
+    assert against.returncode == 0, against.stderr
+    result = json.loads(against.stdout)
+    assert list(result["rates"]) == ["chat", "chat, target alone"] and result["chat_over_target"] > 0
+    assert load() == ChatSettings(max_tokens=24)  # the user's settings are back

@@ -1,6 +1,6 @@
 """The chat's speed against `assistant generate`'s on the same question and model set (issue 40).
 
-    python -m assistant.bench.chat_speed [--repeats 3] [--question TEXT] [--json]
+    python -m assistant.bench.chat_speed [--repeats 3] [--question TEXT] [--temperature T] [--against-target] [--json]
 
 Each repeat runs `assistant generate --json` once and the chat once, alternating: the chat in a real terminal
 (a private tmux server, 120x40, as a user runs it), a fresh process each time, its answer read from the
@@ -10,6 +10,11 @@ work), its conversation deleted after. Both use the data directory (ASSISTANT_HO
 tokens/s after the prompt for each run and how long the chat took to be ready for input, the ratio of the
 medians, how far apart `generate`'s own runs were (the noise a ratio has to be read against: on a shared machine
 one run can be 10% off the next) and whether every run gave the same answer.
+
+``--against-target`` compares the chat with its settings against the same chat with speculation off (the target
+alone) instead of against `generate`; ``--temperature`` sets the chat's temperature for the runs, as its
+settings screen would (the user's settings are restored after). Sampled answers differ from run to run (the
+chat draws a fresh seed each time), so use more repeats there.
 """
 
 from __future__ import annotations
@@ -115,33 +120,48 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--question", default=QUESTION)
+    parser.add_argument("--temperature", type=float, help="the chat's temperature for these runs")
+    parser.add_argument("--against-target", action="store_true",
+                        help="compare the chat against itself with speculation off, not against generate")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if shutil.which("tmux") is None:
         raise SystemExit("chat_speed needs tmux")
+    from dataclasses import replace
+
     from assistant import home
     from assistant.conversation import settings as chat_settings
 
     env = dict(os.environ, ASSISTANT_HOME=str(home.data_dir()))
-    settings = chat_settings.load()
-    rates = {"generate": [], "chat": []}
-    answers = {"generate": set(), "chat": set()}
-    for repeat in range(args.repeats):
-        for way, once in (("generate", generate_once), ("chat", chat_once)):
-            stats, text = once(args.question, settings, env)
-            rates[way].append(after_prompt(stats))
-            answers[way].add(text)
-            ready = f"; ready for input {stats['ready_seconds']:.2f} s after start" if "ready_seconds" in stats else ""
-            print(f"{way:>8} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
-                  f"the prompt{ready}", file=sys.stderr, flush=True)
-    ratio = statistics.median(rates["chat"]) / statistics.median(rates["generate"])
-    spread = max(rates["generate"]) / min(rates["generate"]) - 1
-    same = answers["generate"] == answers["chat"] and len(answers["chat"]) == 1
-    if args.json:
-        print(json.dumps({"rates": rates, "chat_over_generate": ratio, "generate_spread": spread,
-                          "same_answer": same}))
+    users = chat_settings.load()
+    settings = users if args.temperature is None else replace(users, temperature=args.temperature)
+    if args.against_target:
+        base, ways = "chat, target alone", [("chat", chat_once, settings),
+                                            ("chat, target alone", chat_once, replace(settings, speculation=False))]
     else:
-        print(f"chat / generate (medians): {ratio:.2f}x; generate's own runs spread {spread:.0%}; "
+        base, ways = "generate", [("generate", generate_once, settings), ("chat", chat_once, settings)]
+    rates = {way: [] for way, _, _ in ways}
+    answers = {way: set() for way, _, _ in ways}
+    try:
+        for repeat in range(args.repeats):
+            for way, once, chosen in ways:
+                chat_settings.save(chosen)  # the chat reads its settings at start, as after the settings screen
+                stats, text = once(args.question, chosen, env)
+                rates[way].append(after_prompt(stats))
+                answers[way].add(text)
+                ready = f"; ready for input {stats['ready_seconds']:.2f} s after start" if "ready_seconds" in stats else ""
+                print(f"{way:>18} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
+                      f"the prompt{ready}", file=sys.stderr, flush=True)
+    finally:
+        chat_settings.save(users)
+    ratio = statistics.median(rates["chat"]) / statistics.median(rates[base])
+    spread = max(rates[base]) / min(rates[base]) - 1
+    same = answers[base] == answers["chat"] and len(answers["chat"]) == 1
+    if args.json:
+        print(json.dumps({"rates": rates, "chat_over_" + ("target" if args.against_target else "generate"): ratio,
+                          "base_spread": spread, "same_answer": same}))
+    else:
+        print(f"chat / {base} (medians): {ratio:.2f}x; {base}'s own runs spread {spread:.0%}; "
               + ("every run gave the same answer" if same else "the answers differ between runs or ways"))
     return 0
 

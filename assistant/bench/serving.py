@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import statistics
 import threading
 import time
 
@@ -40,11 +41,60 @@ def measure(model_set, prompts: list[dict], max_tokens: int, threads: int, say=p
                 f"{row['served_tps']:.1f} tokens/s (medians of {pairs.REPEATS}); generation "
                 f"{row['served_generation_share']:.1%} of the served time")
     finally:
-        server.should_exit = True
-        server.thread.join(30)
-        server.generations.stop()  # its thread closes the pipeline
+        _stop(server)
     return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "repeats": pairs.REPEATS,
             "rows": rows, "served_over_direct": geomean([row["served_tps"] / row["direct_tps"] for row in rows])}
+
+
+def measure_sampled(model_set, prompts: list[dict], max_tokens: int, threads: int, temperature: float, seeds: int,
+                    say=print) -> dict:
+    """`bench --serving --temperature T`: the default chain against the target alone, each behind its own server,
+    streamed requests at ``temperature`` with a seed, as an editor sends them; per prompt, each seed's answers
+    alternate (``pairs.REPEATS`` each) and must be the same text (a seed's answer is the target's sample)."""
+    from assistant.speculative import Pipeline
+
+    loaded = {"default chain": Pipeline.load(model_set, threads=threads),
+              "target alone": Pipeline.load(model_set, levels=1, threads=threads)}
+    servers = {}
+    try:
+        for way, pipeline in loaded.items():
+            servers[way] = _serve(pipeline, model_set.name)
+        rows = []
+        for prompt in prompts:
+            spent = {way: [0.0, 0] for way in loaded}  # seconds (median of the repeats) and tokens, seeds summed
+            for seed in range(seeds):
+                sampling = {"temperature": temperature, "seed": seed}
+                ways = {way: (lambda messages, port=port: _stream(port, model_set.name, messages, max_tokens,
+                                                                  sampling))
+                        for way, (_, port) in servers.items()}
+                for _, runs in pairs.alternate([prompt], ways):
+                    for way, mine in runs.items():
+                        spent[way][0] += statistics.median(run.seconds for run in mine)
+                        spent[way][1] += mine[0].tokens
+            rate = {way: tokens / seconds for way, (seconds, tokens) in spent.items()}
+            rows.append({"id": prompt["id"], "tokens": spent["target alone"][1],
+                         "chain_tps": rate["default chain"], "target_tps": rate["target alone"],
+                         "chain_over_target": rate["default chain"] / rate["target alone"]})
+            say(f"  {prompt['id']}: {rows[-1]['tokens']} tokens over {seeds} seeds, default chain "
+                f"{rows[-1]['chain_tps']:.1f} tokens/s, target alone {rows[-1]['target_tps']:.1f}: "
+                f"{rows[-1]['chain_over_target']:.2f}x")
+    finally:
+        for server, _ in servers.values():
+            _stop(server)
+        for way, pipeline in loaded.items():
+            if way not in servers:
+                pipeline.close()
+    ratios = [row["chain_over_target"] for row in rows]
+    return {"model_set": model_set.name, "max_tokens": max_tokens, "threads": threads, "temperature": temperature,
+            "seeds": seeds, "repeats": pairs.REPEATS, "rows": rows, "median": statistics.median(ratios),
+            "lowest": min(ratios)}
+
+
+def sampled_report(result: dict) -> str:
+    return (f"default chain / target alone through the server at temperature {result['temperature']}, tokens/s over "
+            f"whole streamed requests ({len(result['rows'])} prompts x {result['seeds']} seeds x {result['repeats']} "
+            f"alternated runs, identical answers): median {result['median']:.3f}x, lowest prompt "
+            f"{result['lowest']:.3f}x")
 
 
 def _serve(pipeline, name: str):
@@ -72,12 +122,19 @@ def _serve(pipeline, name: str):
     return server, port
 
 
-def _stream(port: int, model: str, messages: list[dict], max_tokens: int) -> pairs.Run:
-    """One streamed chat completion read as a client would; its ``stats`` is the server's own generation time."""
+def _stop(server) -> None:
+    server.should_exit = True
+    server.thread.join(30)
+    server.generations.stop()  # its thread closes the pipeline
+
+
+def _stream(port: int, model: str, messages: list[dict], max_tokens: int, sampling: dict | None = None) -> pairs.Run:
+    """One streamed chat completion read as a client would; its ``stats`` is the server's own generation time.
+    ``sampling``: the request's temperature, seed, ... (greedy without)."""
     began = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, **(sampling or {})}
     connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     response = connection.getresponse()
     if response.status != 200:

@@ -56,7 +56,9 @@ def add_arguments(parser):
     parser.add_argument("--serving", action="store_true",
                         help="measure `assistant serve` instead: one pipeline answers the same prompts in process and "
                              "streamed through the server over loopback, alternating, on the default model set (the "
-                             "demo set on a fresh machine); writes serving.json (default 8 prompts)")
+                             "demo set on a fresh machine); writes serving.json (default 8 prompts). With "
+                             "--temperature T: the default chain against the target alone instead, each behind its "
+                             "own server, --seeds seeds a prompt; writes serving-sampled.json")
     parser.add_argument("--attached", action="store_true",
                         help="measure the n-gram level instead: prompts that attach one of this package's source "
                              "files and ask for it back, answered with and without the n-gram level, alternating, "
@@ -116,10 +118,10 @@ def run(args) -> int:
         lengths = tuple(int(x) for x in args.sweep_lengths.split(",") if x.strip())
     except ValueError:
         raise AssistantError(f"--sweep-lengths: not a list of integers: {args.sweep_lengths!r}") from None
-    if args.temperature is not None:
-        return _sampled(args, lengths)
     if args.serving:
         return _serving(args)
+    if args.temperature is not None:
+        return _sampled(args, lengths)
     if args.drafts:
         return _drafts(args)
     if args.constrained:
@@ -312,6 +314,15 @@ def _serving(args) -> int:
     from assistant.bench import serving, workloads
 
     prompts = workloads.load_prompts(args.prompts, args.limit or SIDE_PROMPTS)
+    if args.temperature is not None:
+        from assistant.bench import sampled
+
+        temperatures = sampled.parse_numbers("--temperature", args.temperature, 0.01, 10.0)
+        if len(temperatures) != 1 or args.seeds < 1:
+            raise AssistantError("--serving takes one --temperature above 0 and --seeds of 1 or more")
+        measure = lambda *rest, say: serving.measure_sampled(*rest, temperatures[0], args.seeds, say=say)  # noqa: E731
+        return _side_bench(args, "the chain against the target alone through the server", prompts, measure,
+                           "serving-sampled.json", None, serving.sampled_report)
     return _side_bench(args, "serving overhead", prompts, serving.measure, "serving.json", "served_over_direct",
                        "served / direct tokens/s")
 
