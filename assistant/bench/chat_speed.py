@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                 stats, text = once(args.question, chosen, env)
                 rates[way].append(after_prompt(stats))
                 answers[way].add(text)
-                ready = f"; ready for input {stats['ready_seconds']:.2f} s after start" if "ready_seconds" in stats else ""
+                ready = (f"; ready for input {stats['ready_seconds']:.2f} s after start" if "ready_seconds" in stats
+                         else "")
                 print(f"{way:>18} #{repeat + 1}: {stats['new_tokens']} tokens, {rates[way][-1]:.1f} tokens/s after "
                       f"the prompt{ready}", file=sys.stderr, flush=True)
     finally:

@@ -40,10 +40,13 @@ def answer_in_process(pipeline, messages: list[dict], max_tokens: int) -> Run:
     return Run(time.perf_counter() - began, answer.text, len(answer.tokens), tuple(answer.tokens), answer.stats)
 
 
-def alternate(prompts: list[dict], ways: dict[str, Callable[[list[dict]], Run]], repeats: int = REPEATS):
-    """For each prompt: {way: [Run per repeat]}; both ways warmed on the first prompt first."""
+def alternate(prompts: list[dict], ways: dict[str, Callable[[list[dict]], Run]], repeats: int = REPEATS,
+              warm: bool = True):
+    """For each prompt: {way: [Run per repeat]}; both ways warmed on the first prompt first (unless ``warm`` is
+    False: the caller warmed them)."""
     (first, one), (second, other) = ways.items()
-    one(prompts[0]["messages"]), other(prompts[0]["messages"])
+    if warm:
+        one(prompts[0]["messages"]), other(prompts[0]["messages"])
     for index, prompt in enumerate(prompts):
         runs = {first: [], second: []}
         for repeat in range(repeats):

@@ -59,6 +59,8 @@ def measure_sampled(model_set, prompts: list[dict], max_tokens: int, threads: in
     try:
         for way, pipeline in loaded.items():
             servers[way] = _serve(pipeline, model_set.name)
+        for _, port in servers.values():  # once, not before every prompt and seed
+            _stream(port, model_set.name, prompts[0]["messages"], max_tokens, {"temperature": temperature, "seed": 0})
         rows = []
         for prompt in prompts:
             spent = {way: [0.0, 0] for way in loaded}  # seconds (median of the repeats) and tokens, seeds summed
@@ -67,7 +69,7 @@ def measure_sampled(model_set, prompts: list[dict], max_tokens: int, threads: in
                 ways = {way: (lambda messages, port=port: _stream(port, model_set.name, messages, max_tokens,
                                                                   sampling))
                         for way, (_, port) in servers.items()}
-                for _, runs in pairs.alternate([prompt], ways):
+                for _, runs in pairs.alternate([prompt], ways, warm=False):
                     for way, mine in runs.items():
                         spent[way][0] += statistics.median(run.seconds for run in mine)
                         spent[way][1] += mine[0].tokens
