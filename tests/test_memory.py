@@ -124,19 +124,24 @@ def test_a_real_cgroup_limit_refuses_the_set(bench_gguf, tmp_path):
 def test_weights_our_kernels_repack_are_held_once(bench_gguf):
     """Where our buffer type copies the weights into its layout, the mapped file's pages leave the process as
     each matrix is copied (native/src/assistant-kernels.cpp): one copy resident, not two. With llama.cpp's stock
-    kernels the mapping is the weights, used in place."""
+    kernels, and with ours reading BF16 rows where they lie (ASSISTANT_BF16_WEIGHTS=mapped), the mapping is the
+    weights, used in place: no copy in anonymous memory."""
     target = bench_gguf["target_bf16"]
     probe = ("import sys; from assistant.engine import Model; m = Model(sys.argv[1]); inside = False; rss = 0\n"
              "for line in open('/proc/self/smaps'):\n"
              "    if '-' in line.split()[0]: inside = line.rstrip().endswith(sys.argv[1])\n"
              "    elif inside and line.startswith('Rss:'): rss += int(line.split()[1]) * 1024\n"
-             "print(rss)")
-    resident = {}
-    for kernel in ("auto", "stock"):
-        result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
-                                env={**os.environ, "ASSISTANT_BF16_KERNEL": kernel}, check=True)
-        resident[kernel] = int(result.stdout)
+             "anon = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('RssAnon:')][0]\n"
+             "print(rss, anon)")
+    resident, anonymous = {}, {}
+    for kernel, weights in (("auto", "packed"), ("stock", "packed"), ("auto", "mapped")):
+        result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, check=True,
+                                env={**os.environ, "ASSISTANT_BF16_KERNEL": kernel, "ASSISTANT_BF16_WEIGHTS": weights})
+        resident[kernel, weights], anonymous[kernel, weights] = map(int, result.stdout.split())
     # what may stay mapped: the token embeddings llama.cpp reads rows of in place, and tensors under 1 MiB
     kept = sum(t.nbytes for t in read_header(target).tensors if t.name == "token_embd.weight" or t.nbytes < MIB)
     size = target.stat().st_size
-    assert resident["auto"] <= kept + MIB and kept < size / 2 and resident["stock"] > 0.9 * size, (resident, kept)
+    assert resident["auto", "packed"] <= kept + MIB and kept < size / 2, (resident, kept)
+    assert resident["stock", "packed"] > 0.9 * size and resident["auto", "mapped"] > 0.9 * size, resident
+    copied = size - kept  # what the packed buffer holds
+    assert anonymous["auto", "packed"] - anonymous["auto", "mapped"] > 0.9 * copied, (anonymous, copied)

@@ -202,6 +202,24 @@ def test_batch_equals_token_by_token(bench_gguf, prompt_tokens, tmp_path, kind):
     assert np.array_equal(batch, single), np.abs(batch - single).max()
 
 
+
+def test_bf16_weights_used_where_the_file_maps_them(bench_gguf, prompt_tokens, tmp_path):
+    """ASSISTANT_BF16_WEIGHTS=mapped: no copy of the BF16 matrices; our kernels read their rows in llama.cpp's
+    mapping of the file. A 16-token batch gives the bits of decoding token by token, and the logits (of that
+    batch and of a 40-token prompt) agree with the stock kernels' as the packed ones do."""
+    model = bench_gguf["target_bf16"]
+    mapped = dict(OURS, ASSISTANT_BF16_WEIGHTS="mapped")
+    batch, info = run_logits(model, prompt_tokens[:16], mapped, tmp_path)
+    assert "/mapped" in info["kernels"], info
+    single, _ = run_logits(model, prompt_tokens[:16], mapped, tmp_path, single=True)
+    assert np.array_equal(batch, single), np.abs(batch - single).max()
+    for n, ours in ((16, batch), (40, run_logits(model, prompt_tokens, mapped, tmp_path)[0])):
+        stock, _ = run_logits(model, prompt_tokens[:n], STOCK, tmp_path)
+        spread = stock.std(axis=1, keepdims=True)
+        assert np.abs(ours - stock).max() / spread.min() < 2e-2, n
+        assert np.median(np.abs(ours - stock) / spread) < 2e-3, n
+        assert (ours.argmax(axis=1) != stock.argmax(axis=1)).sum() <= max(1, 0.05 * n), n  # near-ties may part
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["bf16", "mxfp4"])
 def test_greedy_output_identical_to_stock(bench_gguf, tmp_path, kind):

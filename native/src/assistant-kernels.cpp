@@ -17,6 +17,9 @@
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
 //                     "avx512", else "avx2"), "neon"; K-quants (Q4_K, Q5_K and Q6_K together) "scalar", "avx2",
 //                     "avx-vnni", "avx512-vnni", "neon". A path this CPU cannot run is refused, never run.
+// ASSISTANT_BF16_WEIGHTS: unset or "packed" BF16 matrices are repacked into our buffer as above; "mapped" leaves
+//                     them where llama.cpp put them (its mapping of the file: no copy, loading at the speed
+//                     of reading, pages shared with the page cache) and bf16_gemm_rows reads their rows there.
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
 //                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
@@ -54,6 +57,7 @@ struct Settings {
     bool        bf16      = true;
     bool        kquant    = true;
     bool        attention = true;
+    bool        bf16_rows = false;  // BF16 weights used from the file's mapping as they are (bf16_gemm_rows)
     std::string description;
 
     Settings() {
@@ -78,9 +82,14 @@ struct Settings {
                            {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
                            attention_set_path, -1) &&
                     (mxfp4 || q8 || kquant || bf16);  // our buffer type, which claims the attention, exists only with one of them
+        const char * weights = std::getenv("ASSISTANT_BF16_WEIGHTS");
+        bf16_rows = bf16 && weights != nullptr && !std::strcmp(weights, "mapped");
+        if (weights != nullptr && *weights && std::strcmp(weights, "mapped") && std::strcmp(weights, "packed")) {
+            std::fprintf(stderr, "assistant: ASSISTANT_BF16_WEIGHTS=%s not understood (packed or mapped); using packed\n", weights);
+        }
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " q8=" + (q8 ? q8_path_name() : "stock") +
-                      " bf16=" + (bf16 ? bf16_path_name() : "stock") +
+                      " bf16=" + (bf16 ? bf16_path_name() : "stock") + (bf16_rows ? "/mapped" : "") +
                       " kquant=" + (kquant ? kquant_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
     }
@@ -130,13 +139,30 @@ bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_T
 
 bool handles_type(ggml_type type) {
     return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (q8_type_of(type) >= 0 && settings().q8) ||
-           (is_kquant(type) && settings().kquant) || (type == GGML_TYPE_BF16 && settings().bf16);
+           (is_kquant(type) && settings().kquant) || (type == GGML_TYPE_BF16 && settings().bf16 && !settings().bf16_rows);
 }
 
 // A weight we can hold: a 2-D matrix of one of our types whose rows are whole blocks of 32 (K-quant rows are
 // whole 256-value super-blocks by construction).
 bool is_our_weight(const ggml_tensor * t) {
     return handles_type(t->type) && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
+}
+
+// A BF16 matrix of the model that our kernel reads where it lies (ASSISTANT_BF16_WEIGHTS=mapped): in llama.cpp's
+// mapping of the file, or in our buffer as plain rows (an RPC server's copy).
+bool is_mapped_weight(const ggml_tensor * t) {
+    return settings().bf16_rows && t->type == GGML_TYPE_BF16 && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 &&
+           ggml_is_contiguous(t) && t->buffer != nullptr &&
+           (ggml_backend_buffer_get_usage(t->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ||
+            t->buffer->buft == ggml_backend_cpu_assistant_buffer_type());
+}
+
+// The activations and result our kernels take: f32 columns of contiguous values, an f32 contiguous result.
+bool takes_operands(const ggml_tensor * op) {
+    const ggml_tensor * x = op->src[1];
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) &&
+           (x->buffer == nullptr || ggml_backend_buft_is_host(x->buffer->buft)) && op->type == GGML_TYPE_F32 &&
+           ggml_is_contiguous(op);
 }
 
 int64_t columns(const ggml_tensor * op) { return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3]; }
@@ -195,6 +221,8 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
             q8_gemm(q8_type_of(w->type), w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else if (is_kquant(w->type)) {
             kquant_gemm(w->type, w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else if (settings().bf16_rows) {
+            bf16_gemm_rows((const uint16_t *) w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else {
             bf16_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         }
@@ -368,11 +396,8 @@ size_t buft_get_alignment(ggml_backend_buffer_type_t) { return 64; }
 class ExtraBufferType : public ggml::cpu::extra_buffer_type {
     bool supports_op(ggml_backend_dev_t, const ggml_tensor * op) override {
         const ggml_tensor * w = op->src[0];
-        const ggml_tensor * x = op->src[1];
         return op->op == GGML_OP_MUL_MAT && w->buffer && w->buffer->buft == ggml_backend_cpu_assistant_buffer_type() &&
-               is_our_weight(w) && x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) &&
-               (x->buffer == nullptr || ggml_backend_buft_is_host(x->buffer->buft)) && op->type == GGML_TYPE_F32 &&
-               ggml_is_contiguous(op);
+               is_our_weight(w) && takes_operands(op);
     }
 
     ggml::cpu::tensor_traits * get_tensor_traits(const ggml_tensor * op) override {
@@ -382,6 +407,7 @@ class ExtraBufferType : public ggml::cpu::extra_buffer_type {
             is_our_weight(w)) {
             return &g_traits;
         }
+        if (op->op == GGML_OP_MUL_MAT && w && is_mapped_weight(w) && takes_operands(op)) return &g_traits;
         return nullptr;
     }
 };

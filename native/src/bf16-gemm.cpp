@@ -11,12 +11,14 @@
 #include "bf16-gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -45,6 +47,9 @@ constexpr int kTile = BF16_TILE_ROWS;
 // Software prefetch this far ahead in the weight stream: with the hardware prefetchers alone, DRAM time and
 // compute time add up in a batch of several columns; 4 KB ahead they overlap.
 constexpr int kPrefetchBytes = 4096;
+#ifndef PACK_HINT
+#define PACK_HINT _MM_HINT_T1
+#endif
 
 inline float widen(uint16_t v) {
     const uint32_t bits = (uint32_t) v << 16;
@@ -943,6 +948,82 @@ __attribute__((target("avx2"))) void convert_avx2(const float * x, float * f, ui
 }
 #endif
 
+#ifdef BF16_X86
+// Packing a whole 16-row tile is a transpose of 4-byte value pairs: row r's pair p goes to p * 16 + r. These
+// do it 16 pairs (AVX-512) or 8 pairs (AVX2) of all 16 rows at a time, fast enough to run before every use of
+// a tile when the weights are used from the file as they are (bf16_gemm_rows). next, when not null, is the
+// following tile's rows: its lines are prefetched into L2 at the same place, so DRAM streams while this tile
+// is computed.
+__attribute__((target("avx512f"))) void pack_tile_avx512(const uint16_t * rows, int64_t K, uint16_t * tile,
+                                                        const uint16_t * next) {
+    for (int64_t k = 0; k < K; k += 32) {
+        __m512i a[16], b[16];
+        #pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+            a[r] = _mm512_loadu_si512(rows + r * K + k);
+            if (next) _mm_prefetch((const char *) (next + r * K + k), PACK_HINT);
+        }
+        #pragma GCC unroll 16
+        for (int i = 0; i < 16; i += 2) {  // lane L of b[i]: pairs 4L, 4L + 1 of rows i, i + 1; of b[i + 1]: 4L + 2, 4L + 3
+            b[i]     = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+            b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+        }
+        #pragma GCC unroll 16
+        for (int i = 0; i < 16; i += 4) {  // lane L of a[i + j]: pair 4L + j of rows i .. i + 3
+            a[i]     = _mm512_unpacklo_epi64(b[i], b[i + 2]);
+            a[i + 1] = _mm512_unpackhi_epi64(b[i], b[i + 2]);
+            a[i + 2] = _mm512_unpacklo_epi64(b[i + 1], b[i + 3]);
+            a[i + 3] = _mm512_unpackhi_epi64(b[i + 1], b[i + 3]);
+        }
+        uint16_t * out = tile + k * kTile;  // pair k / 2 + p at out + p * 32
+        #pragma GCC unroll 16
+        for (int j = 0; j < 4; ++j) {  // pair 4L + j of all 16 rows is lane L of a[j], a[4 + j], a[8 + j], a[12 + j]
+            const __m512i e0 = _mm512_shuffle_i32x4(a[j], a[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i e1 = _mm512_shuffle_i32x4(a[j], a[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+            const __m512i f0 = _mm512_shuffle_i32x4(a[8 + j], a[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i f1 = _mm512_shuffle_i32x4(a[8 + j], a[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
+            _mm512_storeu_si512(out + (0 + j) * 32, _mm512_shuffle_i32x4(e0, f0, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm512_storeu_si512(out + (4 + j) * 32, _mm512_shuffle_i32x4(e1, f1, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm512_storeu_si512(out + (8 + j) * 32, _mm512_shuffle_i32x4(e0, f0, _MM_SHUFFLE(3, 1, 3, 1)));
+            _mm512_storeu_si512(out + (12 + j) * 32, _mm512_shuffle_i32x4(e1, f1, _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+    }
+}
+
+__attribute__((target("avx2"))) void pack_tile_avx2(const uint16_t * rows, int64_t K, uint16_t * tile,
+                                                   const uint16_t * next) {
+    for (int64_t k = 0; k < K; k += 16) {
+        uint16_t * out = tile + k * kTile;  // pair k / 2 + p at out + p * 32, rows 0-7 then rows 8-15
+        #pragma GCC unroll 16
+        for (int h = 0; h < 2; ++h) {
+            __m256i a[8], b[8];
+            #pragma GCC unroll 16
+            for (int r = 0; r < 8; ++r) {
+                a[r] = _mm256_loadu_si256((const __m256i *) (rows + (8 * h + r) * K + k));
+                if (next && k % 32 == 0) _mm_prefetch((const char *) (next + (8 * h + r) * K + k), _MM_HINT_T1);
+            }
+            #pragma GCC unroll 16
+            for (int i = 0; i < 8; i += 2) {
+                b[i]     = _mm256_unpacklo_epi32(a[i], a[i + 1]);
+                b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
+            }
+            #pragma GCC unroll 16
+            for (int i = 0; i < 8; i += 4) {  // lane L of a[i + j]: pair 4L + j of rows i .. i + 3
+                a[i]     = _mm256_unpacklo_epi64(b[i], b[i + 2]);
+                a[i + 1] = _mm256_unpackhi_epi64(b[i], b[i + 2]);
+                a[i + 2] = _mm256_unpacklo_epi64(b[i + 1], b[i + 3]);
+                a[i + 3] = _mm256_unpackhi_epi64(b[i + 1], b[i + 3]);
+            }
+            #pragma GCC unroll 16
+            for (int j = 0; j < 4; ++j) {
+                _mm256_storeu_si256((__m256i *) (out + j * 32 + 16 * h), _mm256_permute2x128_si256(a[j], a[4 + j], 0x20));
+                _mm256_storeu_si256((__m256i *) (out + (4 + j) * 32 + 16 * h), _mm256_permute2x128_si256(a[j], a[4 + j], 0x31));
+            }
+        }
+    }
+}
+#endif
+
 // Whether this CPU (and, for AMX, the OS) can run a path.
 bool runnable(int path) {
 #ifdef BF16_X86
@@ -1005,6 +1086,149 @@ bool & forced() {
     return named;
 }
 
+// Weights used as the file holds them (bf16_gemm_rows), for the widening paths and vdpbf16ps. Per (row,
+// column) 16 f32 lanes: lane l advanced by fma over the values k = 16i + l in order of i (vdpbf16ps: the
+// pairs k = 32i + 2l, 2l + 1), then folded in halves, lane l + 8 into l, then + 4, + 2, + 1. A vector is a
+// row's consecutive values, so no transposing; each (row, column) has its own lanes, so the bits depend on
+// neither N nor the split. They differ from the packed layout's, whose lanes are rows.
+constexpr int kLanes = 16;
+
+inline float fold_lanes(float * s) {
+    for (int h = kLanes / 2; h >= 1; h /= 2) {
+        for (int l = 0; l < h; ++l) s[l] += s[l + h];
+    }
+    return s[0];
+}
+
+void rows_scalar(const uint16_t * w, int64_t K, const Column * cols, int nc, float * dst, int64_t dst_stride) {
+    for (int j = 0; j < nc; ++j) {
+        float s[kLanes] = {};
+        for (int64_t k = 0; k < K; k += kLanes) {
+            for (int l = 0; l < kLanes; ++l) s[l] = std::fma(widen(w[k + l]), cols[j].f[k + l], s[l]);
+        }
+        dst[j * dst_stride] = fold_lanes(s);
+    }
+}
+
+#ifdef BF16_X86
+// One row a pass, every column of the batch in it (up to 16 accumulators): the matrix is read as one stream,
+// front to back. Blocks of several rows at once read several streams and ran 10-40% slower at one column on
+// the Zen 4 (notes/kernels.md). The prefetch runs this far ahead of the stream: rows of 576 values end too
+// soon for the hardware prefetchers alone.
+constexpr int kRowsAhead = 4096;  // bytes
+
+// Folds 16 lanes as fold_lanes does: halves added, l + 8 into l, then + 4, + 2, + 1.
+__attribute__((target("avx2"))) inline float fold8(__m256 s) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // l + 4
+    x        = _mm_add_ps(x, _mm_movehl_ps(x, x));                                    // l + 2
+    x        = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                // l + 1
+    return _mm_cvtss_f32(x);
+}
+
+__attribute__((target("avx512f"))) inline float fold16(__m512 v) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return fold8(_mm256_add_ps(_mm512_castps512_ps256(v), hi));  // l + 8
+}
+
+template <int NC>
+__attribute__((target("avx512f"))) void row_avx512(const uint16_t * w, int64_t K, const Column * cols, float * dst,
+                                                   int64_t dst_stride) {
+    __m512 acc[NC];
+#    pragma GCC unroll 16
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += kLanes) {
+        if (k % 32 == 0) _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        const __m256i h = _mm256_loadu_si256((const __m256i *) (w + k));
+        const __m512  v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+#    pragma GCC unroll 16
+        for (int j = 0; j < NC; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(cols[j].f + k), acc[j]);
+    }
+#    pragma GCC unroll 16
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(acc[j]);
+}
+
+// vdpbf16ps: 16 pairs, 32 values, a step.
+template <int NC>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void row_avx512bf16(const uint16_t * w, int64_t K,
+                                                                             const Column * cols, float * dst,
+                                                                             int64_t dst_stride) {
+    __m512 acc[NC];
+#    pragma GCC unroll 16
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 2 * kLanes) {
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        const __m512bh v = (__m512bh) _mm512_loadu_si512(w + k);
+#    pragma GCC unroll 16
+        for (int j = 0; j < NC; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], v, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+    }
+#    pragma GCC unroll 16
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(acc[j]);
+}
+
+// AVX2: lanes 0-7 and 8-15 in two registers, up to 6 columns a pass (12 accumulators of 16 registers).
+template <int NC>
+__attribute__((target("avx2,fma"))) void row_avx2(const uint16_t * w, int64_t K, const Column * cols, float * dst,
+                                                  int64_t dst_stride) {
+    __m256 lo[NC], hi[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += kLanes) {
+        if (k % 32 == 0) _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        const __m256 vl = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) (w + k))), 16));
+        const __m256 vh = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) (w + k + 8))), 16));
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            lo[j] = _mm256_fmadd_ps(vl, _mm256_loadu_ps(cols[j].f + k), lo[j]);
+            hi[j] = _mm256_fmadd_ps(vh, _mm256_loadu_ps(cols[j].f + k + 8), hi[j]);
+        }
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold8(_mm256_add_ps(lo[j], hi[j]));
+}
+
+using RowFn = void (*)(const uint16_t *, int64_t, const Column *, float *, int64_t);
+template <template <int> class Kernel, int... NC>
+constexpr std::array<RowFn, sizeof...(NC)> row_table(std::integer_sequence<int, NC...>) {
+    return {Kernel<NC + 1>::run...};
+}
+template <int NC> struct RowAvx512 { static constexpr RowFn run = row_avx512<NC>; };
+template <int NC> struct RowAvx512Bf16 { static constexpr RowFn run = row_avx512bf16<NC>; };
+template <int NC> struct RowAvx2 { static constexpr RowFn run = row_avx2<NC>; };
+constexpr auto kRowAvx512     = row_table<RowAvx512>(std::make_integer_sequence<int, 16>());
+constexpr auto kRowAvx512Bf16 = row_table<RowAvx512Bf16>(std::make_integer_sequence<int, 16>());
+constexpr auto kRowAvx2       = row_table<RowAvx2>(std::make_integer_sequence<int, 6>());
+#endif
+
+// Packs rows [0, M) of a row-major matrix (M a multiple of 16, or the matrix's last rows) into tiles, with the
+// vector instructions of the path in use.
+void pack_rows(const uint16_t * rows, uint16_t * packed, int64_t M, int64_t K, const uint16_t * next) {
+    (void) next;  // prefetched on x86 only
+#ifdef BF16_X86
+    const int  path   = current();  // the path's own instructions, so each pack is checked where its kernel is
+    const bool avx512 = path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 || path == BF16_PATH_AMX;
+    const bool avx2   = path == BF16_PATH_AVX2;
+#endif
+    for (int64_t t0 = 0; t0 < M; t0 += kTile) {
+        const int        R    = (int) std::min<int64_t>(kTile, M - t0);
+        const uint16_t * src  = rows + t0 * K;
+        uint16_t *       tile = packed + t0 * K;
+#ifdef BF16_X86
+        const uint16_t * ahead = t0 + kTile < M ? src + kTile * K : next;
+        if (R == kTile && avx512) {
+            pack_tile_avx512(src, K, tile, ahead);
+            continue;
+        }
+        if (R == kTile && avx2) {
+            pack_tile_avx2(src, K, tile, ahead);
+            continue;
+        }
+#endif
+        for (int r = 0; r < R; ++r) {
+            for (int64_t p = 0; p < K / 2; ++p) std::memcpy(tile + p * 2 * R + 2 * r, src + r * K + 2 * p, 4);
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -1031,14 +1255,7 @@ const char * bf16_path_name(void) {
 }
 
 void bf16_pack(const uint16_t * rows, void * packed, int64_t M, int64_t K) {
-    uint16_t * dst = (uint16_t *) packed;
-    for (int64_t t0 = 0; t0 < M; t0 += kTile) {
-        const int  R    = (int) std::min<int64_t>(kTile, M - t0);
-        uint16_t * tile = dst + t0 * K;
-        for (int r = 0; r < R; ++r) {
-            for (int64_t p = 0; p < K / 2; ++p) std::memcpy(tile + p * 2 * R + 2 * r, rows + (t0 + r) * K + 2 * p, 4);
-        }
-    }
+    pack_rows(rows, (uint16_t *) packed, M, K, nullptr);
 }
 
 void bf16_unpack(const void * packed, uint16_t * rows, int64_t M, int64_t K) {
@@ -1137,6 +1354,44 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
             for (int j = 0; j < nc; ++j) std::memcpy(dst + (j0 + j) * dst_stride + t0, out[j], R * sizeof(float));
         }
     }
+}
+
+
+void bf16_gemm_rows(const uint16_t * rows, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
+                    float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
+    row_end = std::min(row_end, M);
+    const int path = current();
+    if (N > 16 || path == BF16_PATH_AMX) {
+        // Prompts and AMX take the packed kernels (their bits are the packed layout's): each thread packs a
+        // tile (AMX) or about 1 MB of tiles (a prompt, so that its activation panels are packed once for
+        // many tiles) into a buffer of its own before using it.
+        const int64_t group = N > 16 ? std::max<int64_t>(1, (int64_t(1) << 19) / (kTile * K)) * kTile : kTile;
+        thread_local std::vector<uint16_t> scratch;
+        if ((int64_t) scratch.size() < group * K) scratch.resize(group * K);
+        for (int64_t r0 = row_begin; r0 < row_end; r0 += group) {
+            const int64_t    R    = std::min(group, row_end - r0);
+            const uint16_t * next = r0 + R < row_end ? rows + (r0 + R) * K : nullptr;
+            pack_rows(rows + r0 * K, scratch.data(), R, K, next);
+            bf16_gemm(scratch.data(), R, K, act, act_stride, N, dst + r0, dst_stride, 0, R);
+        }
+        return;
+    }
+    Column cols[16];
+    for (int64_t j = 0; j < N; ++j) cols[j] = column(act, act_stride, j, K);
+#ifdef BF16_X86
+    if (path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 || path == BF16_PATH_AVX2) {
+        const RowFn * table = path == BF16_PATH_AVX512 ? kRowAvx512.data() : path == BF16_PATH_AVX2 ? kRowAvx2.data() : kRowAvx512Bf16.data();
+        const int     most  = path == BF16_PATH_AVX2 ? (int) kRowAvx2.size() : 16;
+        for (int64_t r = row_begin; r < row_end; ++r) {
+            for (int64_t j0 = 0; j0 < N; j0 += most) {
+                const int nc = (int) std::min<int64_t>(most, N - j0);
+                table[nc - 1](rows + r * K, K, cols + j0, dst + j0 * dst_stride + r, dst_stride);
+            }
+        }
+        return;
+    }
+#endif
+    for (int64_t r = row_begin; r < row_end; ++r) rows_scalar(rows + r * K, K, cols, (int) N, dst + r, dst_stride);
 }
 
 }  // extern "C"

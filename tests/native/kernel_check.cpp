@@ -352,6 +352,79 @@ void check_bf16_prompts(std::mt19937 & rng) {
     bf16_set_path(0);
 }
 
+// The weights used as the file holds them (bf16_gemm_rows): up to 16 columns its own kernels, checked as every
+// kernel is (the FMA paths against scalar bit for bit; vdpbf16ps against float64 and for invariance); prompts
+// and AMX pack tiles first and must equal the packed kernel bit for bit. The fast transposing pack of each
+// path lays tiles out as bf16-gemm.h says.
+void check_bf16_rows(std::mt19937 & rng) {
+    const int64_t M = 45, K = 2080, N = 40;
+    std::vector<uint16_t> w(M * K), packed(M * K);
+    for (uint16_t & v : w) v = (uint16_t) ((rng() % 2 ? 0xbc00 : 0x3c00) | (rng() & 0x3ff));
+    const std::vector<float> x      = random_columns(rng, N, K);
+    const size_t             stride = bf16_act_bytes(K);
+    std::vector<uint8_t>     act(N * stride);
+    auto prepare = [&] {
+        for (int64_t j = 0; j < N; ++j) bf16_convert_act(&x[j * K], &act[j * stride], K);
+    };
+    auto packed_gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        bf16_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    auto rows_gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+        bf16_gemm_rows(w.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+    };
+    bf16_set_path(1);
+    prepare();
+    std::vector<double> reference(2 * M * 16, 0.0);
+    for (int64_t j = 0; j < 16; ++j) {
+        const uint16_t * h = (const uint16_t *) ((const float *) &act[j * stride] + K);
+        for (int64_t r = 0; r < M; ++r) {
+            for (int64_t k = 0; k < K; ++k) {
+                const double t = bf16_value(w[r * K + k]) * bf16_value(h[k]);
+                reference[j * M + r] += t;
+                reference[M * 16 + j * M + r] += std::fabs(t);
+            }
+        }
+    }
+    const std::vector<Path> fma_paths = {{"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512}, {"neon", BF16_PATH_NEON}};
+    check_kernel("bf16 rows", fma_paths, bf16_set_path, prepare, rows_gemm, M, 16, reference);
+    const std::vector<Path> paths = {{"scalar", BF16_PATH_SCALAR}, {"avx2", BF16_PATH_AVX2}, {"avx512", BF16_PATH_AVX512},
+                                     {"avx512-bf16", BF16_PATH_AVX512_BF16}, {"amx", BF16_PATH_AMX}, {"neon", BF16_PATH_NEON}};
+    for (const Path & p : paths) {
+        if (bf16_set_path(p.id) != p.id) continue;
+        bf16_pack(w.data(), packed.data(), M, K);
+        bool laid_out = true;
+        for (int64_t r = 0; r < M; ++r) {
+            const int64_t t0 = r / 16 * 16, R = std::min<int64_t>(16, M - t0);
+            for (int64_t k = 0; k < K; ++k) laid_out = laid_out && packed[t0 * K + (k / 2) * 2 * R + 2 * (r - t0) + k % 2] == w[r * K + k];
+        }
+        check(laid_out, std::string("bf16 ") + p.name + " pack lays out tiles of 16 rows' value pairs");
+        prepare();
+        bool same = true;
+        for (int64_t n : p.id == BF16_PATH_AMX ? std::vector<int64_t>{1, 3, 16, 17, 40} : std::vector<int64_t>{17, 40}) {
+            const std::vector<float> reference_bits = run(packed_gemm, M, n, {0, M});
+            for (const std::vector<int64_t> & splits : {std::vector<int64_t>{0, M}, {0, 16, M}, {0, 32, 48, M}}) {
+                same = same && same_bits(run(rows_gemm, M, n, splits), reference_bits, M * n);
+            }
+        }
+        check(same, std::string("bf16 ") + p.name + " from row-major weights, packed on the way, equals the packed kernel");
+        if (p.id != BF16_PATH_AVX512_BF16) continue;
+        const std::vector<float> whole = run(rows_gemm, M, 16, {0, M});
+        double worst = 0.0;
+        for (int64_t i = 0; i < M * 16; ++i) {
+            worst = std::max(worst, std::fabs(whole[i] - reference[i]) / (reference[M * 16 + i] + 1e-30));
+        }
+        check(worst < 1e-5, "bf16 rows avx512-bf16 vs float64");
+        bool invariant = true;
+        for (int64_t n : {1, 2, 3, 5, 8, 9}) {
+            for (const std::vector<int64_t> & splits : {std::vector<int64_t>{0, M}, {0, 16, M}, {0, 32, 48, M}}) {
+                invariant = invariant && same_bits(run(rows_gemm, M, n, splits), whole, M * n);
+            }
+        }
+        check(invariant, "bf16 rows avx512-bf16 is batch invariant");
+    }
+    bf16_set_path(0);
+}
+
 }  // namespace
 
 // Attention over an f16 cache: every path this CPU runs equals scalar, and each query's row has the same bits
@@ -414,6 +487,7 @@ int main() {
     check_q8(rng, Q8_TYPE_Q5_1, "q5_1");
     check_bf16(rng);
     check_bf16_prompts(rng);
+    check_bf16_rows(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
