@@ -210,7 +210,7 @@ def test_bf16_weights_used_where_the_file_maps_them(bench_gguf, prompt_tokens, t
     model = bench_gguf["target_bf16"]
     mapped = dict(OURS, ASSISTANT_BF16_WEIGHTS="mapped")
     batch, info = run_logits(model, prompt_tokens[:16], mapped, tmp_path)
-    assert "/mapped" in info["kernels"], info
+    assert "bf16-weights=mapped" in info["kernels"], info
     single, _ = run_logits(model, prompt_tokens[:16], mapped, tmp_path, single=True)
     assert np.array_equal(batch, single), np.abs(batch - single).max()
     for n, ours in ((16, batch), (40, run_logits(model, prompt_tokens, mapped, tmp_path)[0])):

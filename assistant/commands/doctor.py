@@ -63,7 +63,7 @@ def run(args) -> int:
             row("CPU variant", cpu_variant_text(library, backend.cpu_variant(library), len(backend.cpu_variants())))
             description = backend.kernel_description()
             paths = cpu.kernel_paths(description)
-            fast = [kind for kind, path in paths.items() if path not in ("stock", "scalar")]
+            fast = [kind for kind, path in paths.items() if kind in cpu.KERNEL_VARIABLES and path not in ("stock", "scalar")]
             row("our kernels", f"{description} ({'active' if fast else 'not in use'})")
             choices = Path(os.environ.get(backend.CHOICES_VARIABLE) or "")
             if choices.is_file():  # written where this CPU measured a choice (AVX512-BF16 without AMX)

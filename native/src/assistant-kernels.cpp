@@ -89,7 +89,7 @@ struct Settings {
         }
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " q8=" + (q8 ? q8_path_name() : "stock") +
-                      " bf16=" + (bf16 ? bf16_path_name() : "stock") + (bf16_rows ? "/mapped" : "") +
+                      " bf16=" + (bf16 ? bf16_path_name() : "stock") + (bf16_rows ? " bf16-weights=mapped" : "") +
                       " kquant=" + (kquant ? kquant_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
     }

@@ -1087,10 +1087,12 @@ bool & forced() {
 }
 
 // Weights used as the file holds them (bf16_gemm_rows), for the widening paths and vdpbf16ps. Per (row,
-// column) 16 f32 lanes: lane l advanced by fma over the values k = 16i + l in order of i (vdpbf16ps: the
-// pairs k = 32i + 2l, 2l + 1), then folded in halves, lane l + 8 into l, then + 4, + 2, + 1. A vector is a
-// row's consecutive values, so no transposing; each (row, column) has its own lanes, so the bits depend on
-// neither N nor the split. They differ from the packed layout's, whose lanes are rows.
+// column) two chains of 16 f32 lanes taking turns by step (a step: 16 values; vdpbf16ps 16 pairs, the last
+// step of an odd count to the first chain): lane l of a chain advanced by fma over its steps' values k = 16i +
+// l in order of i, then the chains added and the lanes folded in halves, l + 8 into l, then + 4, + 2, + 1.
+// A vector is a row's consecutive values, so no transposing; two chains keep two multiply-adds in flight for
+// one column (one waited on the multiply-add's latency); each (row, column) has its own lanes, so the bits
+// depend on neither N nor the split. They differ from the packed layout's, whose lanes are rows.
 constexpr int kLanes = 16;
 
 inline float fold_lanes(float * s) {
@@ -1102,88 +1104,113 @@ inline float fold_lanes(float * s) {
 
 void rows_scalar(const uint16_t * w, int64_t K, const Column * cols, int nc, float * dst, int64_t dst_stride) {
     for (int j = 0; j < nc; ++j) {
-        float s[kLanes] = {};
+        float s[2][kLanes] = {};
         for (int64_t k = 0; k < K; k += kLanes) {
-            for (int l = 0; l < kLanes; ++l) s[l] = std::fma(widen(w[k + l]), cols[j].f[k + l], s[l]);
+            float * chain = s[(k / kLanes) % 2];
+            for (int l = 0; l < kLanes; ++l) chain[l] = std::fma(widen(w[k + l]), cols[j].f[k + l], chain[l]);
         }
-        dst[j * dst_stride] = fold_lanes(s);
+        for (int l = 0; l < kLanes; ++l) s[0][l] += s[1][l];
+        dst[j * dst_stride] = fold_lanes(s[0]);
     }
 }
 
 #ifdef BF16_X86
-// One row a pass, every column of the batch in it (up to 16 accumulators): the matrix is read as one stream,
+// One row a pass, up to 8 columns of the batch in it (16 accumulators): the matrix is read as one stream,
 // front to back. Blocks of several rows at once read several streams and ran 10-40% slower at one column on
 // the Zen 4 (notes/kernels.md). The prefetch runs this far ahead of the stream: rows of 576 values end too
 // soon for the hardware prefetchers alone.
 constexpr int kRowsAhead = 4096;  // bytes
 
-// Folds 16 lanes as fold_lanes does: halves added, l + 8 into l, then + 4, + 2, + 1.
+// fold_lanes on vectors: l + 4, + 2, + 1 of 8 lanes (fold8), after l + 8 of 16 (fold16).
 __attribute__((target("avx2"))) inline float fold8(__m256 s) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // l + 4
-    x        = _mm_add_ps(x, _mm_movehl_ps(x, x));                                    // l + 2
-    x        = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));                                // l + 1
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    x        = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x        = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
     return _mm_cvtss_f32(x);
 }
 
 __attribute__((target("avx512f"))) inline float fold16(__m512 v) {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    return fold8(_mm256_add_ps(_mm512_castps512_ps256(v), hi));  // l + 8
+    return fold8(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 
+__attribute__((target("avx512f"))) inline __m512 widen16(const uint16_t * w) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *) w)), 16));
+}
+
+__attribute__((target("avx2"))) inline __m256 widen8(const uint16_t * w) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) w)), 16));
+}
+
+// K is a multiple of 32: whole pairs of 16-value steps.
 template <int NC>
 __attribute__((target("avx512f"))) void row_avx512(const uint16_t * w, int64_t K, const Column * cols, float * dst,
                                                    int64_t dst_stride) {
-    __m512 acc[NC];
-#    pragma GCC unroll 16
-    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += kLanes) {
-        if (k % 32 == 0) _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
-        const __m256i h = _mm256_loadu_si256((const __m256i *) (w + k));
-        const __m512  v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-#    pragma GCC unroll 16
-        for (int j = 0; j < NC; ++j) acc[j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(cols[j].f + k), acc[j]);
+    __m512 a0[NC], a1[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 2 * kLanes) {
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        const __m512 v0 = widen16(w + k), v1 = widen16(w + k + kLanes);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            a0[j] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(cols[j].f + k), a0[j]);
+            a1[j] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(cols[j].f + k + kLanes), a1[j]);
+        }
     }
-#    pragma GCC unroll 16
-    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(acc[j]);
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(_mm512_add_ps(a0[j], a1[j]));
 }
 
-// vdpbf16ps: 16 pairs, 32 values, a step.
 template <int NC>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void row_avx512bf16(const uint16_t * w, int64_t K,
                                                                              const Column * cols, float * dst,
                                                                              int64_t dst_stride) {
-    __m512 acc[NC];
-#    pragma GCC unroll 16
-    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 2 * kLanes) {
+    __m512 a0[NC], a1[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 4 * kLanes <= K; k += 4 * kLanes) {
         _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
-        const __m512bh v = (__m512bh) _mm512_loadu_si512(w + k);
-#    pragma GCC unroll 16
-        for (int j = 0; j < NC; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], v, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+        _mm_prefetch((const char *) (w + k) + kRowsAhead + 64, _MM_HINT_T0);
+        const __m512bh v0 = (__m512bh) _mm512_loadu_si512(w + k), v1 = (__m512bh) _mm512_loadu_si512(w + k + 2 * kLanes);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            a0[j] = _mm512_dpbf16_ps(a0[j], v0, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+            a1[j] = _mm512_dpbf16_ps(a1[j], v1, (__m512bh) _mm512_loadu_si512(cols[j].h + k + 2 * kLanes));
+        }
     }
-#    pragma GCC unroll 16
-    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(acc[j]);
+    if (k < K) {  // an odd step count: the last to the first chain
+        const __m512bh v0 = (__m512bh) _mm512_loadu_si512(w + k);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) a0[j] = _mm512_dpbf16_ps(a0[j], v0, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold16(_mm512_add_ps(a0[j], a1[j]));
 }
 
-// AVX2: lanes 0-7 and 8-15 in two registers, up to 6 columns a pass (12 accumulators of 16 registers).
+// AVX2: a chain's lanes 0-7 and 8-15 in two registers, up to 3 columns a pass (12 accumulators of 16 registers).
 template <int NC>
 __attribute__((target("avx2,fma"))) void row_avx2(const uint16_t * w, int64_t K, const Column * cols, float * dst,
                                                   int64_t dst_stride) {
-    __m256 lo[NC], hi[NC];
-#    pragma GCC unroll 8
-    for (int j = 0; j < NC; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k += kLanes) {
-        if (k % 32 == 0) _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
-        const __m256 vl = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) (w + k))), 16));
-        const __m256 vh = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) (w + k + 8))), 16));
-#    pragma GCC unroll 8
+    __m256 lo0[NC], hi0[NC], lo1[NC], hi1[NC];
+#    pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) lo0[j] = hi0[j] = lo1[j] = hi1[j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 2 * kLanes) {
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        const __m256 v0 = widen8(w + k), v1 = widen8(w + k + 8), v2 = widen8(w + k + 16), v3 = widen8(w + k + 24);
+#    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) {
-            lo[j] = _mm256_fmadd_ps(vl, _mm256_loadu_ps(cols[j].f + k), lo[j]);
-            hi[j] = _mm256_fmadd_ps(vh, _mm256_loadu_ps(cols[j].f + k + 8), hi[j]);
+            const float * a = cols[j].f + k;
+            lo0[j] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(a), lo0[j]);
+            hi0[j] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(a + 8), hi0[j]);
+            lo1[j] = _mm256_fmadd_ps(v2, _mm256_loadu_ps(a + 16), lo1[j]);
+            hi1[j] = _mm256_fmadd_ps(v3, _mm256_loadu_ps(a + 24), hi1[j]);
         }
     }
-#    pragma GCC unroll 8
-    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold8(_mm256_add_ps(lo[j], hi[j]));
+    // chains added lane by lane, then l + 8: (lo0 + lo1) + (hi0 + hi1)
+#    pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) dst[j * dst_stride] = fold8(_mm256_add_ps(_mm256_add_ps(lo0[j], lo1[j]), _mm256_add_ps(hi0[j], hi1[j])));
 }
 
 using RowFn = void (*)(const uint16_t *, int64_t, const Column *, float *, int64_t);
@@ -1194,9 +1221,111 @@ constexpr std::array<RowFn, sizeof...(NC)> row_table(std::integer_sequence<int, 
 template <int NC> struct RowAvx512 { static constexpr RowFn run = row_avx512<NC>; };
 template <int NC> struct RowAvx512Bf16 { static constexpr RowFn run = row_avx512bf16<NC>; };
 template <int NC> struct RowAvx2 { static constexpr RowFn run = row_avx2<NC>; };
-constexpr auto kRowAvx512     = row_table<RowAvx512>(std::make_integer_sequence<int, 16>());
-constexpr auto kRowAvx512Bf16 = row_table<RowAvx512Bf16>(std::make_integer_sequence<int, 16>());
-constexpr auto kRowAvx2       = row_table<RowAvx2>(std::make_integer_sequence<int, 6>());
+constexpr auto kRowAvx512     = row_table<RowAvx512>(std::make_integer_sequence<int, 8>());
+constexpr auto kRowAvx512Bf16 = row_table<RowAvx512Bf16>(std::make_integer_sequence<int, 8>());
+constexpr auto kRowAvx2       = row_table<RowAvx2>(std::make_integer_sequence<int, 3>());
+
+// Batches whose activations outgrow L1 (N columns x K values): a row alone would read all of them from L2 for
+// every row. These take a block of kBlockRows rows through K in chunks of kChunk values, each chunk's columns
+// then serving every row of the block from L1; a row's chains wait in state between its chunks (stored and
+// loaded whole, so no bit changes). The chunks of a block are kBlockRows streams of 1 KB: each chunk
+// prefetches its row's next.
+constexpr int kBlockRows = 16, kChunk = 512, kBlockBytes = 256 << 10;
+constexpr int64_t kChunkFrom = 24 << 10;  // bytes of the batch's bf16 activations
+
+template <int NC>
+__attribute__((target("avx512f"))) void chunk_avx512(const uint16_t * w, int64_t k0, int64_t k1, const Column * cols,
+                                                     float * chains, const char * ahead) {
+    __m512 * state = (__m512 *) chains;
+    __m512 a0[NC], a1[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) a0[j] = state[2 * j], a1[j] = state[2 * j + 1];
+    for (int64_t k = k0; k < k1; k += 2 * kLanes) {
+        if (ahead) _mm_prefetch(ahead + (k - k0) * 2, _MM_HINT_T1);
+        const __m512 v0 = widen16(w + k), v1 = widen16(w + k + kLanes);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            a0[j] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(cols[j].f + k), a0[j]);
+            a1[j] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(cols[j].f + k + kLanes), a1[j]);
+        }
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) state[2 * j] = a0[j], state[2 * j + 1] = a1[j];
+}
+
+// k0 is even in steps (chunks are whole pairs of steps); a chunk ending at an odd step count gives its last
+// step to the first chain, as row_avx512bf16 does.
+template <int NC>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void chunk_avx512bf16(const uint16_t * w, int64_t k0, int64_t k1,
+                                                                               const Column * cols, float * chains,
+                                                                               const char * ahead) {
+    __m512 * state = (__m512 *) chains;
+    __m512 a0[NC], a1[NC];
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) a0[j] = state[2 * j], a1[j] = state[2 * j + 1];
+    int64_t k = k0;
+    for (; k + 4 * kLanes <= k1; k += 4 * kLanes) {
+        if (ahead) {
+            _mm_prefetch(ahead + (k - k0) * 2, _MM_HINT_T1);
+            _mm_prefetch(ahead + (k - k0) * 2 + 64, _MM_HINT_T1);
+        }
+        const __m512bh v0 = (__m512bh) _mm512_loadu_si512(w + k), v1 = (__m512bh) _mm512_loadu_si512(w + k + 2 * kLanes);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            a0[j] = _mm512_dpbf16_ps(a0[j], v0, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+            a1[j] = _mm512_dpbf16_ps(a1[j], v1, (__m512bh) _mm512_loadu_si512(cols[j].h + k + 2 * kLanes));
+        }
+    }
+    if (k < k1) {
+        const __m512bh v0 = (__m512bh) _mm512_loadu_si512(w + k);
+#    pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) a0[j] = _mm512_dpbf16_ps(a0[j], v0, (__m512bh) _mm512_loadu_si512(cols[j].h + k));
+    }
+#    pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) state[2 * j] = a0[j], state[2 * j + 1] = a1[j];
+}
+
+using ChunkFn = void (*)(const uint16_t *, int64_t, int64_t, const Column *, float *, const char *);  // chains: 64-byte aligned
+template <template <int> class Kernel, int... NC>
+constexpr std::array<ChunkFn, sizeof...(NC)> chunk_table(std::integer_sequence<int, NC...>) {
+    return {Kernel<NC + 1>::run...};
+}
+template <int NC> struct ChunkAvx512 { static constexpr ChunkFn run = chunk_avx512<NC>; };
+template <int NC> struct ChunkAvx512Bf16 { static constexpr ChunkFn run = chunk_avx512bf16<NC>; };
+constexpr auto kChunkAvx512     = chunk_table<ChunkAvx512>(std::make_integer_sequence<int, 8>());
+constexpr auto kChunkAvx512Bf16 = chunk_table<ChunkAvx512Bf16>(std::make_integer_sequence<int, 8>());
+
+// Rows [row_begin, row_end) of an AVX-512 path in blocks and chunks (see kBlockRows). While a block is
+// computed, the next one is fetched into L2 as one linear stream, a chunk's worth (1 KB) at each call, so that
+// DRAM sees the matrix front to back rather than a block's rows side by side.
+__attribute__((target("avx512f"))) void rows_in_chunks(const ChunkFn * table, const uint16_t * rows, int64_t K,
+                                                       const Column * cols, int64_t N, float * dst, int64_t dst_stride,
+                                                       int64_t row_begin, int64_t row_end) {
+    alignas(64) __m512 state[kBlockRows][2 * 8];
+    const int64_t block = std::clamp<int64_t>((kBlockBytes / 2) / K, 1, kBlockRows);
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += block) {
+        const int    rb   = (int) std::min<int64_t>(block, row_end - r0);
+        const char * next = r0 + rb < row_end ? (const char *) (rows + (r0 + rb) * K) : nullptr;
+        const char * end  = (const char *) (rows + row_end * K);
+        int64_t      call = 0;
+        for (int64_t j0 = 0; j0 < N; j0 += 8) {
+            const int nc = (int) std::min<int64_t>(8, N - j0);
+            for (int r = 0; r < rb; ++r) {
+                for (int i = 0; i < 2 * nc; ++i) state[r][i] = _mm512_setzero_ps();
+            }
+            for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+                const int64_t k1 = std::min<int64_t>(K, k0 + kChunk);
+                for (int r = 0; r < rb; ++r, ++call) {
+                    const char * ahead = next && next + (call + 1) * kChunk * 2 <= end ? next + call * kChunk * 2 : nullptr;
+                    table[nc - 1](rows + (r0 + r) * K, k0, k1, cols + j0, (float *) state[r], ahead);
+                }
+            }
+            for (int r = 0; r < rb; ++r) {
+                for (int j = 0; j < nc; ++j) dst[(j0 + j) * dst_stride + r0 + r] = fold16(_mm512_add_ps(state[r][2 * j], state[r][2 * j + 1]));
+            }
+        }
+    }
+}
 #endif
 
 // Packs rows [0, M) of a row-major matrix (M a multiple of 16, or the matrix's last rows) into tiles, with the
@@ -1379,9 +1508,14 @@ void bf16_gemm_rows(const uint16_t * rows, int64_t M, int64_t K, const void * ac
     Column cols[16];
     for (int64_t j = 0; j < N; ++j) cols[j] = column(act, act_stride, j, K);
 #ifdef BF16_X86
+    if ((path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16) && N > 1 && N * K * 2 > kChunkFrom) {
+        rows_in_chunks(path == BF16_PATH_AVX512 ? kChunkAvx512.data() : kChunkAvx512Bf16.data(), rows, K, cols, N, dst,
+                       dst_stride, row_begin, row_end);
+        return;
+    }
     if (path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16 || path == BF16_PATH_AVX2) {
         const RowFn * table = path == BF16_PATH_AVX512 ? kRowAvx512.data() : path == BF16_PATH_AVX2 ? kRowAvx2.data() : kRowAvx512Bf16.data();
-        const int     most  = path == BF16_PATH_AVX2 ? (int) kRowAvx2.size() : 16;
+        const int     most  = path == BF16_PATH_AVX2 ? (int) kRowAvx2.size() : (int) kRowAvx512.size();
         for (int64_t r = row_begin; r < row_end; ++r) {
             for (int64_t j0 = 0; j0 < N; j0 += most) {
                 const int nc = (int) std::min<int64_t>(most, N - j0);
