@@ -47,9 +47,6 @@ constexpr int kTile = BF16_TILE_ROWS;
 // Software prefetch this far ahead in the weight stream: with the hardware prefetchers alone, DRAM time and
 // compute time add up in a batch of several columns; 4 KB ahead they overlap.
 constexpr int kPrefetchBytes = 4096;
-#ifndef PACK_HINT
-#define PACK_HINT _MM_HINT_T1
-#endif
 
 inline float widen(uint16_t v) {
     const uint32_t bits = (uint32_t) v << 16;
@@ -958,17 +955,17 @@ __attribute__((target("avx512f"))) void pack_tile_avx512(const uint16_t * rows, 
                                                         const uint16_t * next) {
     for (int64_t k = 0; k < K; k += 32) {
         __m512i a[16], b[16];
-        #pragma GCC unroll 16
+#    pragma GCC unroll 16
         for (int r = 0; r < 16; ++r) {
             a[r] = _mm512_loadu_si512(rows + r * K + k);
-            if (next) _mm_prefetch((const char *) (next + r * K + k), PACK_HINT);
+            if (next) _mm_prefetch((const char *) (next + r * K + k), _MM_HINT_T1);
         }
-        #pragma GCC unroll 16
+#    pragma GCC unroll 16
         for (int i = 0; i < 16; i += 2) {  // lane L of b[i]: pairs 4L, 4L + 1 of rows i, i + 1; of b[i + 1]: 4L + 2, 4L + 3
             b[i]     = _mm512_unpacklo_epi32(a[i], a[i + 1]);
             b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
         }
-        #pragma GCC unroll 16
+#    pragma GCC unroll 16
         for (int i = 0; i < 16; i += 4) {  // lane L of a[i + j]: pair 4L + j of rows i .. i + 3
             a[i]     = _mm512_unpacklo_epi64(b[i], b[i + 2]);
             a[i + 1] = _mm512_unpackhi_epi64(b[i], b[i + 2]);
@@ -976,7 +973,7 @@ __attribute__((target("avx512f"))) void pack_tile_avx512(const uint16_t * rows, 
             a[i + 3] = _mm512_unpackhi_epi64(b[i + 1], b[i + 3]);
         }
         uint16_t * out = tile + k * kTile;  // pair k / 2 + p at out + p * 32
-        #pragma GCC unroll 16
+#    pragma GCC unroll 16
         for (int j = 0; j < 4; ++j) {  // pair 4L + j of all 16 rows is lane L of a[j], a[4 + j], a[8 + j], a[12 + j]
             const __m512i e0 = _mm512_shuffle_i32x4(a[j], a[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
             const __m512i e1 = _mm512_shuffle_i32x4(a[j], a[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
@@ -994,27 +991,27 @@ __attribute__((target("avx2"))) void pack_tile_avx2(const uint16_t * rows, int64
                                                    const uint16_t * next) {
     for (int64_t k = 0; k < K; k += 16) {
         uint16_t * out = tile + k * kTile;  // pair k / 2 + p at out + p * 32, rows 0-7 then rows 8-15
-        #pragma GCC unroll 16
+#    pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
             __m256i a[8], b[8];
-            #pragma GCC unroll 16
+#    pragma GCC unroll 16
             for (int r = 0; r < 8; ++r) {
                 a[r] = _mm256_loadu_si256((const __m256i *) (rows + (8 * h + r) * K + k));
                 if (next && k % 32 == 0) _mm_prefetch((const char *) (next + (8 * h + r) * K + k), _MM_HINT_T1);
             }
-            #pragma GCC unroll 16
+#    pragma GCC unroll 16
             for (int i = 0; i < 8; i += 2) {
                 b[i]     = _mm256_unpacklo_epi32(a[i], a[i + 1]);
                 b[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
             }
-            #pragma GCC unroll 16
+#    pragma GCC unroll 16
             for (int i = 0; i < 8; i += 4) {  // lane L of a[i + j]: pair 4L + j of rows i .. i + 3
                 a[i]     = _mm256_unpacklo_epi64(b[i], b[i + 2]);
                 a[i + 1] = _mm256_unpackhi_epi64(b[i], b[i + 2]);
                 a[i + 2] = _mm256_unpacklo_epi64(b[i + 1], b[i + 3]);
                 a[i + 3] = _mm256_unpackhi_epi64(b[i + 1], b[i + 3]);
             }
-            #pragma GCC unroll 16
+#    pragma GCC unroll 16
             for (int j = 0; j < 4; ++j) {
                 _mm256_storeu_si256((__m256i *) (out + j * 32 + 16 * h), _mm256_permute2x128_si256(a[j], a[4 + j], 0x20));
                 _mm256_storeu_si256((__m256i *) (out + (4 + j) * 32 + 16 * h), _mm256_permute2x128_si256(a[j], a[4 + j], 0x31));
