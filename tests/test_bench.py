@@ -597,11 +597,14 @@ def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):
                        say=lambda _: None)
     summary = large.summary(result)
     for state in ("cold", "warm"):
-        assert result[f"read_seconds_{state}"] > 0 and result[f"target_{state}"]["load_seconds"] > 0
-        assert result[f"target_{state}"]["new_tokens"] == 4
-    assert result["chain"]["peak_rss_bytes"] > result["file_bytes"]["target"]
-    assert summary["decode_over_light"] > 0 and summary["target_verify_16_over_1"] > 0
-    for key in ("target_ours", "target_stock", "mxfp4_ours", "mxfp4_stock"):
+        for weights in ("packed", "mapped"):  # the target copied into our layout, or read where the file is mapped
+            assert result[f"read_seconds_{state}_{weights}"] > 0 and result[f"target_{state}_{weights}"]["load_seconds"] > 0
+            assert result[f"target_{state}_{weights}"]["new_tokens"] == 4
+    assert result["chain_packed"]["peak_rss_bytes"] > result["file_bytes"]["target"]
+    assert summary["decode_over_light"] > 0 and summary["decode_over_light_mapped"] > 0
+    assert summary["target_verify_16_over_1"] > 0 and summary["load_over_read_warm_mapped"] > 0
+    for key in ("target_ours", "target_ours-mapped", "target_stock", "mxfp4_ours", "mxfp4_stock"):
         assert set(result[f"llama_bench_{key}"]["batch_ms"]) == set(large.VERIFY_BATCHES)
     text = large.markdown(result)
-    assert "| loading the target alone |" in text and "of the speed of light" in text
+    assert "| loading it |" in text and "Mapped weights (ASSISTANT_BF16_WEIGHTS=mapped)" in text
+    assert text.count("of the speed of light") == 2 and "| target, ours-mapped |" in text

@@ -2,7 +2,8 @@
 
 Loading time against the time to read the files (cold and warm), peak memory against the files' size, decoding
 against the speed of light (the machine's read bandwidth over the bytes a token reads), and what verifying 1 to
-16 tokens costs, beside llama.cpp's llama-bench on the same files. Speed does not depend on the weights' values,
+16 tokens costs, beside llama.cpp's llama-bench on the same files; the target held both ways our kernels can
+hold it (copied into their layout, or read where the file is mapped: ASSISTANT_BF16_WEIGHTS). Speed does not depend on the weights' values,
 so the files are written with random matrices reused across layers (native/bench/models.py), in minutes, and
 kept in the benchmark's cache; acceptance comes from the real and toy pairs of the other workloads.
 """
@@ -67,10 +68,11 @@ def read_seconds(paths) -> float:
     return time.perf_counter() - started
 
 
-def probe(paths: list[Path], tokens: int, threads: int) -> dict:
-    """In a process of its own: load the chain of ``paths`` and decode ``tokens`` greedy tokens."""
+def probe(paths: list[Path], tokens: int, threads: int, env: dict[str, str] | None = None) -> dict:
+    """In a process of its own (``env`` added to its environment): load the chain of ``paths`` and decode
+    ``tokens`` greedy tokens."""
     command = [sys.executable, "-m", "assistant.bench.large", str(tokens), str(threads), *map(str, paths)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise AssistantError(f"loading {paths[0].name} for the 7B workload failed: {tail}")
@@ -109,6 +111,8 @@ def llama_bench(bin_dir: Path, model: Path, threads: int, env: dict[str, str]) -
 
 
 STOCK = {**STOCK_KERNELS, "ASSISTANT_ATTENTION": "stock"}
+# the two ways our kernels hold a 16-bit target (native/README.md): a copy in their layout, or the file's rows
+WEIGHTS = {"packed": {"ASSISTANT_BF16_WEIGHTS": "packed"}, "mapped": {"ASSISTANT_BF16_WEIGHTS": "mapped"}}
 
 
 def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, threads: int = 2, tokens: int = 16,
@@ -120,20 +124,24 @@ def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, thr
     sizes = {role: path.stat().st_size for role, path in files.items()}
     result = {"files": {role: str(path) for role, path in files.items()}, "file_bytes": sizes, "threads": threads}
     for state in ("cold", "warm"):
-        if state == "cold":
-            drop_from_cache(target)
-        say(f"[bench] 7b: reading the target ({state})")
-        result[f"read_seconds_{state}"] = read_seconds([target])
-        if state == "cold":
-            drop_from_cache(target)
-        say(f"[bench] 7b: loading the target alone ({state}) and decoding {tokens} tokens")
-        result[f"target_{state}"] = probe([target], tokens, threads)
-    say("[bench] 7b: loading the target and its MXFP4 copy")
-    result["chain"] = probe([target, copy], tokens, threads)
+        for weights, env in WEIGHTS.items():
+            if state == "cold":
+                drop_from_cache(target)
+            say(f"[bench] 7b: reading the target ({state})")
+            result[f"read_seconds_{state}_{weights}"] = read_seconds([target])
+            if state == "cold":
+                drop_from_cache(target)
+            say(f"[bench] 7b: loading the target alone ({state}, {weights} weights) and decoding {tokens} tokens")
+            result[f"target_{state}_{weights}"] = probe([target], tokens, threads, env)
+    for weights, env in WEIGHTS.items():
+        say(f"[bench] 7b: loading the target and its MXFP4 copy ({weights} weights)")
+        result[f"chain_{weights}"] = probe([target, copy], tokens, threads, env)
     light = bandwidth_gbps * 1e9 / bytes_per_token(read_header(target)) if bandwidth_gbps else None
     result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light  # reads only
     for role, path in (("target", target), ("mxfp4", copy)):
-        for kernels, env in (("ours", {}), ("stock", STOCK)):
+        for kernels, env in (("ours", {}), ("ours-mapped", WEIGHTS["mapped"]), ("stock", STOCK)):
+            if kernels == "ours-mapped" and role != "target":
+                continue
             say(f"[bench] 7b: llama-bench on the {role}, {kernels} kernels")
             result[f"llama_bench_{role}_{kernels}"] = llama_bench(bin_dir, path, threads, env)
     return result
@@ -150,12 +158,17 @@ def summary(result: dict) -> dict:
     """The issue's ratios: peak memory over the files, loading over reading, decoding over the speed of light."""
     sizes = result["file_bytes"]
     light = result["speed_of_light_tokens_per_second"]
-    out = {"target_peak_over_file": result["target_warm"]["peak_rss_bytes"] / sizes["target"],
-           "chain_peak_over_files": result["chain"]["peak_rss_bytes"] / (sizes["target"] + sizes["mxfp4"])}
-    for state in ("cold", "warm"):
-        out[f"load_over_read_{state}"] = result[f"target_{state}"]["load_seconds"] / result[f"read_seconds_{state}"]
-    if light:
-        out["decode_over_light"] = result["target_warm"]["decode_tokens_per_second"] / light
+    out = {}
+    for weights in WEIGHTS:
+        tail = "" if weights == "packed" else "_mapped"  # the packed figures keep their names
+        warm, chain = result[f"target_warm_{weights}"], result[f"chain_{weights}"]
+        out[f"target_peak_over_file{tail}"] = warm["peak_rss_bytes"] / sizes["target"]
+        out[f"chain_peak_over_files{tail}"] = chain["peak_rss_bytes"] / (sizes["target"] + sizes["mxfp4"])
+        for state in ("cold", "warm"):
+            out[f"load_over_read_{state}{tail}"] = (result[f"target_{state}_{weights}"]["load_seconds"]
+                                                    / result[f"read_seconds_{state}_{weights}"])
+        if light:
+            out[f"decode_over_light{tail}"] = warm["decode_tokens_per_second"] / light
     ours = result["llama_bench_target_ours"]["batch_ms"]
     out["target_verify_16_over_1"] = ours[16] / ours[1] if 16 in ours and 1 in ours else None
     return out
@@ -164,29 +177,39 @@ def summary(result: dict) -> dict:
 def markdown(result: dict) -> str:
     s = summary(result)
     gb = lambda n: f"{n / 1e9:.2f} GB"  # noqa: E731
+
+    def loading(weights: str, state: str) -> str:
+        ratio = s[f"load_over_read_{state}" + ("" if weights == "packed" else "_mapped")]
+        return f"{result[f'target_{state}_{weights}']['load_seconds']:.1f} s ({ratio:.2f}x reading)"
     lines = [
         "## Workload 7b: Qwen2.5-7B's shape, random weights",
         "",
         f"Files: target {gb(result['file_bytes']['target'])} (BF16), MXFP4 copy {gb(result['file_bytes']['mxfp4'])}; "
         f"{result['threads']} threads; read bandwidth {result['bandwidth_gbps'] or 0:.1f} GB/s.",
         "",
-        "| measure | cold | warm |",
-        "| --- | --- | --- |",
-        f"| reading the target | {result['read_seconds_cold']:.1f} s | {result['read_seconds_warm']:.1f} s |",
-        f"| loading the target alone | {result['target_cold']['load_seconds']:.1f} s "
-        f"({s['load_over_read_cold']:.2f}x reading) | {result['target_warm']['load_seconds']:.1f} s "
-        f"({s['load_over_read_warm']:.2f}x reading) |",
+        "| measure (target alone) | packed: cold | packed: warm | mapped: cold | mapped: warm |",
+        "| --- | --- | --- | --- | --- |",
+        "| reading the target | " + " | ".join(f"{result[f'read_seconds_{state}_{weights}']:.1f} s"
+                                              for weights in WEIGHTS for state in ("cold", "warm")) + " |",
+        "| loading it | " + " | ".join(loading(weights, state) for weights in WEIGHTS for state in ("cold", "warm")) + " |",
         "",
-        f"Peak RSS: target alone {gb(result['target_warm']['peak_rss_bytes'])} ({s['target_peak_over_file']:.2f}x its "
-        f"file), target + MXFP4 copy {gb(result['chain']['peak_rss_bytes'])} ({s['chain_peak_over_files']:.2f}x "
-        f"the files). Decoding (target alone): {result['target_warm']['decode_tokens_per_second']:.2f} tokens/s"
-        + (f", {s['decode_over_light']:.2f} of the speed of light ({result['speed_of_light_tokens_per_second']:.2f})."
-           if s.get("decode_over_light") else "."),
+    ]
+    for weights in WEIGHTS:
+        tail = "" if weights == "packed" else "_mapped"
+        warm, chain = result[f"target_warm_{weights}"], result[f"chain_{weights}"]
+        lines.append(
+            f"{weights.capitalize()} weights (ASSISTANT_BF16_WEIGHTS={weights}): peak RSS target alone "
+            f"{gb(warm['peak_rss_bytes'])} ({s['target_peak_over_file' + tail]:.2f}x its file), target + MXFP4 copy "
+            f"{gb(chain['peak_rss_bytes'])} ({s['chain_peak_over_files' + tail]:.2f}x the files, loaded in "
+            f"{chain['load_seconds']:.1f} s warm); decoding (target alone) {warm['decode_tokens_per_second']:.2f} tokens/s"
+            + (f", {s['decode_over_light' + tail]:.2f} of the speed of light "
+               f"({result['speed_of_light_tokens_per_second']:.2f})." if s.get("decode_over_light" + tail) else "."))
+    lines += [
         "",
         "| llama-bench | " + " | ".join(f"N={n} ms" for n in VERIFY_BATCHES) + " | decode tokens/s |",
         "| --- | " + " | ".join("---" for _ in VERIFY_BATCHES) + " | --- |",
     ]
-    for key in ("target_ours", "target_stock", "mxfp4_ours", "mxfp4_stock"):
+    for key in ("target_ours", "target_ours-mapped", "target_stock", "mxfp4_ours", "mxfp4_stock"):
         row = result[f"llama_bench_{key}"]
         cells = " | ".join(f"{row['batch_ms'].get(n, float('nan')):.1f}" for n in VERIFY_BATCHES)
         lines.append(f"| {key.replace('_', ', ')} | {cells} | {row['decode_tokens_per_second'] or 0:.2f} |")
