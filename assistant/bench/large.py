@@ -3,9 +3,10 @@
 Loading time against the time to read the files (cold and warm), peak memory against the files' size, decoding
 against the speed of light (the machine's read bandwidth over the bytes a token reads), and what verifying 1 to
 16 tokens costs, beside llama.cpp's llama-bench on the same files; the target held both ways our kernels can
-hold it (copied into their layout, or read where the file is mapped: ASSISTANT_BF16_WEIGHTS). Speed does not depend on the weights' values,
-so the files are written with random matrices reused across layers (native/bench/models.py), in minutes, and
-kept in the benchmark's cache; acceptance comes from the real and toy pairs of the other workloads.
+hold it (copied into their layout, or read where the file is mapped: ASSISTANT_BF16_WEIGHTS). Speed does not
+depend on the weights' values, so the files are written with random matrices reused across layers
+(native/bench/models.py), in minutes, and kept in the benchmark's cache; acceptance comes from the real and toy
+pairs of the other workloads.
 """
 
 from __future__ import annotations
