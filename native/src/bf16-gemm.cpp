@@ -1147,7 +1147,7 @@ __attribute__((target("avx512f"))) void row_avx512(const uint16_t * w, int64_t K
 #    pragma GCC unroll 8
     for (int j = 0; j < NC; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 2 * kLanes) {
-        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T1);
         const __m512 v0 = widen16(w + k), v1 = widen16(w + k + kLanes);
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
@@ -1168,8 +1168,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void row_avx512bf16(const
     for (int j = 0; j < NC; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 4 * kLanes <= K; k += 4 * kLanes) {
-        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
-        _mm_prefetch((const char *) (w + k) + kRowsAhead + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T1);
+        _mm_prefetch((const char *) (w + k) + kRowsAhead + 64, _MM_HINT_T1);
         const __m512bh v0 = (__m512bh) _mm512_loadu_si512(w + k), v1 = (__m512bh) _mm512_loadu_si512(w + k + 2 * kLanes);
 #    pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
@@ -1194,7 +1194,7 @@ __attribute__((target("avx2,fma"))) void row_avx2(const uint16_t * w, int64_t K,
 #    pragma GCC unroll 4
     for (int j = 0; j < NC; ++j) lo0[j] = hi0[j] = lo1[j] = hi1[j] = _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k += 2 * kLanes) {
-        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T0);
+        _mm_prefetch((const char *) (w + k) + kRowsAhead, _MM_HINT_T1);
         const __m256 v0 = widen8(w + k), v1 = widen8(w + k + 8), v2 = widen8(w + k + 16), v3 = widen8(w + k + 24);
 #    pragma GCC unroll 4
         for (int j = 0; j < NC; ++j) {
