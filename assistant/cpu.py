@@ -120,7 +120,7 @@ def kernel_warnings(description: str, environ=os.environ) -> list[str]:
     warnings = []
     for kind, path in kernel_paths(description).items():
         if kind not in KERNEL_VARIABLES:
-            continue  # not a kernel (bf16-weights: where BF16 matrices are read)
+            continue  # not a kernel (weights: where BF16 matrices are read)
         variable = KERNEL_VARIABLES.get(kind, kind)
         chosen = environ.get(variable, "").strip()
         if path == "scalar":

@@ -606,5 +606,5 @@ def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):
     for key in ("target_ours", "target_ours-mapped", "target_stock", "mxfp4_ours", "mxfp4_stock"):
         assert set(result[f"llama_bench_{key}"]["batch_ms"]) == set(large.VERIFY_BATCHES)
     text = large.markdown(result)
-    assert "| loading it |" in text and "Mapped weights (ASSISTANT_BF16_WEIGHTS=mapped)" in text
+    assert "| loading it |" in text and "Mapped weights (ASSISTANT_WEIGHTS=mapped)" in text
     assert text.count("of the speed of light") == 2 and "| target, ours-mapped |" in text

@@ -128,14 +128,14 @@ def test_stock_switch_is_named_in_a_warning():
 
 
 def test_bf16_weights_read_where_mapped_are_named_and_all_good():
-    """ASSISTANT_BF16_WEIGHTS=mapped is a choice of where BF16 matrices are read, not a slower kernel: named in the
+    """ASSISTANT_WEIGHTS=mapped is a choice of where BF16 matrices are read, not a slower kernel: named in the
     kernels row, no warning; a word it does not know is said once and packed is kept."""
-    result = doctor(ASSISTANT_BF16_WEIGHTS="mapped")
-    assert "bf16-weights=mapped" in line(result.stdout, "our kernels") and "(active)" in line(result.stdout, "our kernels")
+    result = doctor(ASSISTANT_WEIGHTS="mapped")
+    assert "weights=mapped" in line(result.stdout, "our kernels") and "(active)" in line(result.stdout, "our kernels")
     assert not [row for row in result.stdout.splitlines() if "warning" in row and "BF16" in row], result.stdout
-    odd = doctor(ASSISTANT_BF16_WEIGHTS="sideways")
-    assert "bf16-weights" not in line(odd.stdout, "our kernels")
-    assert "ASSISTANT_BF16_WEIGHTS=sideways not understood" in odd.stderr
+    odd = doctor(ASSISTANT_WEIGHTS="sideways")
+    assert "weights" not in line(odd.stdout, "our kernels")
+    assert "ASSISTANT_WEIGHTS=sideways not understood" in odd.stderr
 
 has_amx = "amx_int8" in flags_read_here() if Path("/proc/cpuinfo").exists() else False
 

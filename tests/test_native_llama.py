@@ -204,13 +204,13 @@ def test_batch_equals_token_by_token(bench_gguf, prompt_tokens, tmp_path, kind):
 
 
 def test_bf16_weights_used_where_the_file_maps_them(bench_gguf, prompt_tokens, tmp_path):
-    """ASSISTANT_BF16_WEIGHTS=mapped: no copy of the BF16 matrices; our kernels read their rows in llama.cpp's
+    """ASSISTANT_WEIGHTS=mapped: no copy of the BF16 matrices; our kernels read their rows in llama.cpp's
     mapping of the file. A 16-token batch gives the bits of decoding token by token, and the logits (of that
     batch and of a 40-token prompt) agree with the stock kernels' as the packed ones do."""
     model = bench_gguf["target_bf16"]
-    mapped = dict(OURS, ASSISTANT_BF16_WEIGHTS="mapped")
+    mapped = dict(OURS, ASSISTANT_WEIGHTS="mapped")
     batch, info = run_logits(model, prompt_tokens[:16], mapped, tmp_path)
-    assert "bf16-weights=mapped" in info["kernels"], info
+    assert "weights=mapped" in info["kernels"], info
     single, _ = run_logits(model, prompt_tokens[:16], mapped, tmp_path, single=True)
     assert np.array_equal(batch, single), np.abs(batch - single).max()
     for n, ours in ((16, batch), (40, run_logits(model, prompt_tokens, mapped, tmp_path)[0])):
@@ -461,3 +461,15 @@ def test_q8_forced_paths_give_the_default_bits_in_llama(q8_models, prompt_tokens
         if f"q8={path}" not in info["kernels"]:
             pytest.skip(f"this CPU does not run the {path} path")
         assert np.array_equal(default, forced), kind
+
+
+def test_mxfp4_weights_used_where_the_file_maps_them(bench_gguf, prompt_tokens, tmp_path):
+    """ASSISTANT_WEIGHTS=mapped on an MXFP4 model: no copy of its matrices; each thread packs tiles of the mapped
+    rows on the way, so the logits are the packed kernels' bit for bit, a batch's and a 40-token prompt's."""
+    model = bench_gguf["target_mxfp4"]
+    mapped = dict(OURS, ASSISTANT_WEIGHTS="mapped")
+    for n in (1, 16, 40):
+        ours, info = run_logits(model, prompt_tokens[:n], mapped, tmp_path)
+        assert "weights=mapped" in info["kernels"], info
+        packed, _ = run_logits(model, prompt_tokens[:n], OURS, tmp_path)
+        assert np.array_equal(ours, packed), (n, np.abs(ours - packed).max())

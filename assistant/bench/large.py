@@ -3,7 +3,7 @@
 Loading time against the time to read the files (cold and warm), peak memory against the files' size, decoding
 against the speed of light (the machine's read bandwidth over the bytes a token reads), and what verifying 1 to
 16 tokens costs, beside llama.cpp's llama-bench on the same files; the target held both ways our kernels can
-hold it (copied into their layout, or read where the file is mapped: ASSISTANT_BF16_WEIGHTS). Speed does not
+hold it (copied into their layout, or read where the file is mapped: ASSISTANT_WEIGHTS). Speed does not
 depend on the weights' values, so the files are written with random matrices reused across layers
 (native/bench/models.py), in minutes, and kept in the benchmark's cache; acceptance comes from the real and toy
 pairs of the other workloads.
@@ -113,7 +113,7 @@ def llama_bench(bin_dir: Path, model: Path, threads: int, env: dict[str, str]) -
 
 STOCK = {**STOCK_KERNELS, "ASSISTANT_ATTENTION": "stock"}
 # the two ways our kernels hold a 16-bit target (native/README.md): a copy in their layout, or the file's rows
-WEIGHTS = {"packed": {"ASSISTANT_BF16_WEIGHTS": "packed"}, "mapped": {"ASSISTANT_BF16_WEIGHTS": "mapped"}}
+WEIGHTS = {"packed": {"ASSISTANT_WEIGHTS": "packed"}, "mapped": {"ASSISTANT_WEIGHTS": "mapped"}}
 
 
 def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, threads: int = 2, tokens: int = 16,
@@ -199,7 +199,7 @@ def markdown(result: dict) -> str:
         tail = "" if weights == "packed" else "_mapped"
         warm, chain = result[f"target_warm_{weights}"], result[f"chain_{weights}"]
         lines.append(
-            f"{weights.capitalize()} weights (ASSISTANT_BF16_WEIGHTS={weights}): peak RSS target alone "
+            f"{weights.capitalize()} weights (ASSISTANT_WEIGHTS={weights}): peak RSS target alone "
             f"{gb(warm['peak_rss_bytes'])} ({s['target_peak_over_file' + tail]:.2f}x its file), target + MXFP4 copy "
             f"{gb(chain['peak_rss_bytes'])} ({s['chain_peak_over_files' + tail]:.2f}x the files, loaded in "
             f"{chain['load_seconds']:.1f} s warm); decoding (target alone) {warm['decode_tokens_per_second']:.2f} tokens/s"

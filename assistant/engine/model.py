@@ -9,7 +9,7 @@ import numpy as np
 
 from assistant.engine.backend import NativeHandle, last_error, llama
 from assistant.engine.gguf_header import check_gguf_file, read_header
-from assistant.engine.page_cache import read_in_huge_pages, weights_read_where_mapped
+from assistant.engine.mapped_weights import prepare_load
 from assistant.errors import AssistantError
 
 # A draft with a vocabulary of its own, cut from its target's (drafts/vocabulary.py): per own token the target's
@@ -48,8 +48,8 @@ class Model(NativeHandle):
             if split:
                 self._split = (ctypes.c_float * lib.llama_max_devices())(*split)
                 params.tensor_split = self._split
-        if device is None and not vocab_only and weights_read_where_mapped():
-            read_in_huge_pages(self.path)
+        if device is None and not vocab_only:
+            prepare_load(params, self.path)
         last_error()
         handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:

@@ -28,12 +28,15 @@ def kernels_description() -> str:
 class Model:
     def __init__(self, path: Path, threads: int = 1, n_ctx: int = 512):
         from assistant.engine.backend import llama
+        from assistant.engine.mapped_weights import prepare_load
 
         L = llama()  # loads the backends (modules in the portable build) and initialises llama.cpp
         self.L = L
         self._quiet = L.llama_log_callback(lambda level, text, data: None)  # kept alive as long as the model
         L.llama_log_set(self._quiet, ctypes.c_void_p())
-        self.model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
+        model_params = L.llama_model_default_params()
+        prepare_load(model_params, path)
+        self.model = L.llama_model_load_from_file(str(path).encode(), model_params)
         if not self.model:
             raise SystemExit(f"error: {path}: llama.cpp could not load it")
         params = L.llama_context_default_params()

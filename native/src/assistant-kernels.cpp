@@ -17,9 +17,11 @@
 //                     else whichever of "avx512-bf16" and "avx512" a start-up measurement finds faster, else
 //                     "avx512", else "avx2"), "neon"; K-quants (Q4_K, Q5_K and Q6_K together) "scalar", "avx2",
 //                     "avx-vnni", "avx512-vnni", "neon". A path this CPU cannot run is refused, never run.
-// ASSISTANT_BF16_WEIGHTS: unset or "packed" BF16 matrices are repacked into our buffer as above; "mapped" leaves
-//                     them where llama.cpp put them (its mapping of the file: no copy, loading at the speed
-//                     of reading, pages shared with the page cache) and bf16_gemm_rows reads their rows there.
+// ASSISTANT_WEIGHTS: unset or "packed" BF16 and MXFP4 matrices are repacked into our buffer as above; "mapped"
+//                     leaves them where llama.cpp put them (its mapping of the file: no copy, loading at the
+//                     speed of reading, pages shared with the page cache): bf16_gemm_rows reads BF16 rows
+//                     there, mxfp4_gemm_rows packs MXFP4 tiles on the way (where it can in vectors; else
+//                     MXFP4 stays packed at load).
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
 //                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
@@ -57,7 +59,8 @@ struct Settings {
     bool        bf16      = true;
     bool        kquant    = true;
     bool        attention = true;
-    bool        bf16_rows = false;  // BF16 weights used from the file's mapping as they are (bf16_gemm_rows)
+    bool        bf16_rows  = false;  // BF16 weights used from the file's mapping as they are (bf16_gemm_rows)
+    bool        mxfp4_rows = false;  // MXFP4 weights the same way (mxfp4_gemm_rows)
     std::string description;
 
     Settings() {
@@ -82,14 +85,16 @@ struct Settings {
                            {{"scalar", ATTENTION_PATH_SCALAR}, {"avx2", ATTENTION_PATH_AVX2}, {"avx512", ATTENTION_PATH_AVX512}},
                            attention_set_path, -1) &&
                     (mxfp4 || q8 || kquant || bf16);  // our buffer type, which claims the attention, exists only with one of them
-        const char * weights = std::getenv("ASSISTANT_BF16_WEIGHTS");
-        bf16_rows = bf16 && weights != nullptr && !std::strcmp(weights, "mapped");
+        const char * weights = std::getenv("ASSISTANT_WEIGHTS");
+        const bool   mapped  = weights != nullptr && !std::strcmp(weights, "mapped");
+        bf16_rows  = bf16 && mapped;
+        mxfp4_rows = mxfp4 && mapped && mxfp4_rows_packed_in_vectors();
         if (weights != nullptr && *weights && std::strcmp(weights, "mapped") && std::strcmp(weights, "packed")) {
-            std::fprintf(stderr, "assistant: ASSISTANT_BF16_WEIGHTS=%s not understood (packed or mapped); using packed\n", weights);
+            std::fprintf(stderr, "assistant: ASSISTANT_WEIGHTS=%s not understood (packed or mapped); using packed\n", weights);
         }
         description = std::string("mxfp4=") + (mxfp4 ? mxfp4_path_name() : "stock") +
                       " q8=" + (q8 ? q8_path_name() : "stock") +
-                      " bf16=" + (bf16 ? bf16_path_name() : "stock") + (bf16_rows ? " bf16-weights=mapped" : "") +
+                      " bf16=" + (bf16 ? bf16_path_name() : "stock") + (mapped ? " weights=mapped" : "") +
                       " kquant=" + (kquant ? kquant_path_name() : "stock") +
                       " attention=" + (attention ? attention_path_name() : "stock");
     }
@@ -138,7 +143,7 @@ int q8_type_of(ggml_type type) {
 bool is_kquant(ggml_type type) { return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K; }
 
 bool handles_type(ggml_type type) {
-    return (type == GGML_TYPE_MXFP4 && settings().mxfp4) || (q8_type_of(type) >= 0 && settings().q8) ||
+    return (type == GGML_TYPE_MXFP4 && settings().mxfp4 && !settings().mxfp4_rows) || (q8_type_of(type) >= 0 && settings().q8) ||
            (is_kquant(type) && settings().kquant) || (type == GGML_TYPE_BF16 && settings().bf16 && !settings().bf16_rows);
 }
 
@@ -148,12 +153,14 @@ bool is_our_weight(const ggml_tensor * t) {
     return handles_type(t->type) && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
 }
 
-// A BF16 matrix of the model that our kernel reads where it lies (ASSISTANT_BF16_WEIGHTS=mapped): in llama.cpp's
-// mapping of the file, or in our buffer as plain rows (an RPC server's copy).
+// A BF16 or MXFP4 matrix of the model that our kernel reads where it lies (ASSISTANT_WEIGHTS=mapped): in
+// llama.cpp's mapping of the file, or in our buffer as plain rows (an RPC server's copy).
 bool is_mapped_weight(const ggml_tensor * t) {
-    return settings().bf16_rows && t->type == GGML_TYPE_BF16 && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 &&
+    const bool rows = (t->type == GGML_TYPE_BF16 && settings().bf16_rows) || (t->type == GGML_TYPE_MXFP4 && settings().mxfp4_rows);
+    return rows && ggml_n_dims(t) == 2 && t->ne[0] % 32 == 0 &&
            ggml_is_contiguous(t) && t->buffer != nullptr &&
-           (ggml_backend_buffer_get_usage(t->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ||
+           ((ggml_backend_buffer_get_usage(t->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS &&
+             ggml_backend_buft_is_host(t->buffer->buft)) ||  // not ggml's repacked layouts (CPU_REPACK)
             t->buffer->buft == ggml_backend_cpu_assistant_buffer_type());
 }
 
@@ -215,7 +222,9 @@ class MatmulTraits : public ggml::cpu::tensor_traits {
         const int64_t hi = std::min(M, tiles * (params->ith + 1) / params->nth * 16);
         if (lo >= hi) return true;
         float * dst = (float *) op->data;
-        if (w->type == GGML_TYPE_MXFP4) {
+        if (w->type == GGML_TYPE_MXFP4 && settings().mxfp4_rows) {
+            mxfp4_gemm_rows(w->data, M, K, act, stride, N, dst, M, lo, hi);
+        } else if (w->type == GGML_TYPE_MXFP4) {
             mxfp4_gemm(w->data, M, K, act, stride, N, dst, M, lo, hi);
         } else if (q8_type_of(w->type) >= 0) {
             q8_gemm(q8_type_of(w->type), w->data, M, K, act, stride, N, dst, M, lo, hi);

@@ -598,6 +598,98 @@ void widen_tile(const uint8_t * tile, int R, int64_t nb, std::vector<uint8_t> & 
     }
 }
 
+// Weights used as the file holds them (mxfp4_gemm_rows): one 16-row tile of ggml's block rows packed into our
+// layout just before the kernels use it, in vectors. Per block, four rows' 16 code bytes fill a register (a row
+// a 128-bit lane: rows g, 4 + g, 8 + g, 12 + g in register g); two rounds of interleaving then leave code bytes
+// 4c..4c+3 of rows 4l..4l + 3 in lane l of chunk c: the 16 rows in order, as the layout wants. The tile's 16
+// rows lie one after another in memory, so the next tile is fetched into L2 as one linear stream meanwhile
+// (next: its first byte, or null), its share spread over the blocks.
+#ifdef MXFP4_X86
+inline void pack_exponents(const uint8_t * src, int64_t row_bytes, uint8_t * blk) {
+    for (int r = 0; r < kTile; ++r) blk[r] = src[r * row_bytes];
+}
+
+inline void prefetch_next_tile(const uint8_t * next, int64_t b) {
+    if (next == nullptr) return;
+    const uint8_t * part = next + b * kTile * MXFP4_BLOCK_BYTES;
+    for (int l = 0; l < kTile * MXFP4_BLOCK_BYTES; l += 64) _mm_prefetch((const char *) part + l, _MM_HINT_T1);
+}
+
+__attribute__((target("avx512f"))) void pack_tile_avx512(const uint8_t * rows, int64_t nb, uint8_t * tile,
+                                                         const uint8_t * next) {
+    const int64_t row_bytes = nb * MXFP4_BLOCK_BYTES;
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_next_tile(next, b);
+        const uint8_t * src = rows + b * MXFP4_BLOCK_BYTES;
+        uint8_t *       blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+        __m512i         x[4];
+        for (int g = 0; g < 4; ++g) {
+            const uint8_t * codes = src + g * row_bytes + 1;
+            __m512i         v     = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *) codes));
+            v    = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *) (codes + 4 * row_bytes)), 1);
+            v    = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *) (codes + 8 * row_bytes)), 2);
+            x[g] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *) (codes + 12 * row_bytes)), 3);
+        }
+        const __m512i lo01 = _mm512_unpacklo_epi32(x[0], x[1]), hi01 = _mm512_unpackhi_epi32(x[0], x[1]);
+        const __m512i lo23 = _mm512_unpacklo_epi32(x[2], x[3]), hi23 = _mm512_unpackhi_epi32(x[2], x[3]);
+        uint8_t * chunks = blk + kTile;
+        _mm512_storeu_si512(chunks + 0, _mm512_unpacklo_epi64(lo01, lo23));
+        _mm512_storeu_si512(chunks + 64, _mm512_unpackhi_epi64(lo01, lo23));
+        _mm512_storeu_si512(chunks + 128, _mm512_unpacklo_epi64(hi01, hi23));
+        _mm512_storeu_si512(chunks + 192, _mm512_unpackhi_epi64(hi01, hi23));
+        pack_exponents(src, row_bytes, blk);
+    }
+}
+
+// AVX2: the same in two halves of 8 rows (a row a 128-bit lane: rows 8h + g and 8h + 4 + g in register g).
+__attribute__((target("avx2"))) void pack_tile_avx2(const uint8_t * rows, int64_t nb, uint8_t * tile,
+                                                    const uint8_t * next) {
+    const int64_t row_bytes = nb * MXFP4_BLOCK_BYTES;
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_next_tile(next, b);
+        const uint8_t * src = rows + b * MXFP4_BLOCK_BYTES;
+        uint8_t *       blk = tile + b * kTile * MXFP4_BLOCK_BYTES;
+        for (int h = 0; h < 2; ++h) {
+            __m256i x[4];
+            for (int g = 0; g < 4; ++g) {
+                const uint8_t * codes = src + (8 * h + g) * row_bytes + 1;
+                x[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *) codes)),
+                                               _mm_loadu_si128((const __m128i *) (codes + 4 * row_bytes)), 1);
+            }
+            const __m256i lo01 = _mm256_unpacklo_epi32(x[0], x[1]), hi01 = _mm256_unpackhi_epi32(x[0], x[1]);
+            const __m256i lo23 = _mm256_unpacklo_epi32(x[2], x[3]), hi23 = _mm256_unpackhi_epi32(x[2], x[3]);
+            uint8_t * chunks = blk + kTile + 32 * h;
+            _mm256_storeu_si256((__m256i *) (chunks + 0), _mm256_unpacklo_epi64(lo01, lo23));
+            _mm256_storeu_si256((__m256i *) (chunks + 64), _mm256_unpackhi_epi64(lo01, lo23));
+            _mm256_storeu_si256((__m256i *) (chunks + 128), _mm256_unpacklo_epi64(hi01, hi23));
+            _mm256_storeu_si256((__m256i *) (chunks + 192), _mm256_unpackhi_epi64(hi01, hi23));
+        }
+        pack_exponents(src, row_bytes, blk);
+    }
+}
+#endif
+
+// Rows [0, R) of ggml's block rows packed into tiles: whole tiles in vectors where a vector path runs, a last
+// short tile (and everything on other CPUs) by mxfp4_pack. next: the rows after them, fetched meanwhile.
+void pack_rows(const uint8_t * rows, uint8_t * packed, int64_t R, int64_t nb, const uint8_t * next) {
+    const size_t tile = tile_bytes(kTile, nb);
+    int64_t      r0   = 0;
+#ifdef MXFP4_X86
+    const int path = current();
+    if (path != MXFP4_PATH_SCALAR) {
+        for (; r0 + kTile <= R; r0 += kTile) {
+            const uint8_t * src      = rows + r0 * nb * MXFP4_BLOCK_BYTES;
+            const uint8_t * fetch    = r0 + 2 * kTile <= R ? src + tile : next;
+            (path == MXFP4_PATH_AVX2 || path == MXFP4_PATH_AVX_VNNI ? pack_tile_avx2 : pack_tile_avx512)(
+                src, nb, packed + (r0 / kTile) * tile, fetch);
+        }
+    }
+#else
+    (void) next;
+#endif
+    if (r0 < R) mxfp4_pack(rows + r0 * nb * MXFP4_BLOCK_BYTES, packed + (r0 / kTile) * tile, R - r0, nb * kBlock);
+}
+
 }  // namespace
 
 extern "C" {
@@ -738,6 +830,28 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
 #ifdef MXFP4_AMX
     if (path == MXFP4_PATH_AMX) amx_release();
 #endif
+}
+
+int mxfp4_rows_packed_in_vectors(void) {
+    return current() != MXFP4_PATH_SCALAR && current() != MXFP4_PATH_NEON;
+}
+
+void mxfp4_gemm_rows(const void * blocks, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
+                     float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
+    row_end = std::min(row_end, M);
+    const int64_t nb = K / kBlock;
+    // Tiles packed at a time: about 256 KB of them, so that the kernels' set-up (AMX's tile configuration
+    // among it) is paid per group rather than per tile, and the group stays in L2 while its columns pass.
+    const int64_t group = std::max<int64_t>(1, (int64_t(256) << 10) / (int64_t) tile_bytes(kTile, nb)) * kTile;
+    thread_local std::vector<uint8_t> scratch;
+    if (scratch.size() < tile_bytes(kTile, nb) * (group / kTile)) scratch.resize(tile_bytes(kTile, nb) * (group / kTile));
+    const uint8_t * rows = (const uint8_t *) blocks;
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += group) {
+        const int64_t   R    = std::min(group, row_end - r0);
+        const uint8_t * next = r0 + R < row_end ? rows + (r0 + R) * nb * MXFP4_BLOCK_BYTES : nullptr;
+        pack_rows(rows + r0 * nb * MXFP4_BLOCK_BYTES, scratch.data(), R, nb, next);
+        mxfp4_gemm(scratch.data(), R, K, act, act_stride, N, dst + r0, dst_stride, 0, R);
+    }
 }
 
 }  // extern "C"

@@ -48,6 +48,16 @@ void mxfp4_quantize_act(const float * x, void * act, int64_t K);
 void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                 float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
 
+// The same product over ggml's block rows as a GGUF file holds them (M rows of K/32 blocks), so a model can run
+// from its file's mapping with no copy of its own: each thread packs about 256 KB of its tiles at a time into
+// a buffer of its own and runs mxfp4_gemm on it, so the bits are mxfp4_gemm's on mxfp4_pack's layout (batch
+// invariant, the same on every path). Row bounds as for mxfp4_gemm.
+void mxfp4_gemm_rows(const void * blocks, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
+                     float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
+// Whether mxfp4_gemm_rows packs in vectors here (AVX2 and up); elsewhere it packs a byte at a time (correct,
+// too slow to choose).
+int mxfp4_rows_packed_in_vectors(void);
+
 #ifdef __cplusplus
 }
 #endif

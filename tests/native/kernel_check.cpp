@@ -131,6 +131,46 @@ void check_mxfp4(std::mt19937 & rng) {
     std::printf("mxfp4 default path: %s\n", mxfp4_path_name());
 }
 
+// The weights used as the file holds them (mxfp4_gemm_rows): on every path, packed on the way in groups of tiles,
+// they must give the packed kernel's bits. Two shapes: a deep K whose groups hold a few tiles (so a thread's rows
+// span groups and a last short tile), and a shallow K whose first group holds hundreds of tiles.
+void check_mxfp4_rows(std::mt19937 & rng) {
+    const std::vector<Path> paths = {{"scalar", MXFP4_PATH_SCALAR}, {"avx2", MXFP4_PATH_AVX2},
+                                     {"avx-vnni", MXFP4_PATH_AVX_VNNI}, {"avx512-vnni", MXFP4_PATH_AVX512_VNNI},
+                                     {"amx", MXFP4_PATH_AMX}, {"neon", MXFP4_PATH_NEON}};
+    for (const int64_t K : {4096, 64}) {
+        const int64_t M = K == 64 ? 16 * 600 + 7 : 16 * 9 + 5, nb = K / MXFP4_BLOCK, N = 17;
+        std::vector<uint8_t> blocks(M * nb * MXFP4_BLOCK_BYTES), packed(blocks.size());
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            blocks[i] = i % MXFP4_BLOCK_BYTES == 0 ? (uint8_t) (118 + rng() % 12) : (uint8_t) rng();
+        }
+        mxfp4_pack(blocks.data(), packed.data(), M, K);
+        const std::vector<float> x      = random_columns(rng, N, K);
+        const size_t             stride = mxfp4_act_bytes(K);
+        std::vector<uint8_t>     act(N * stride);
+        auto packed_gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+            mxfp4_gemm(packed.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+        };
+        auto rows_gemm = [&](int64_t n, float * dst, int64_t lo, int64_t hi) {
+            mxfp4_gemm_rows(blocks.data(), M, K, act.data(), stride, n, dst, M, lo, hi);
+        };
+        for (const Path & p : paths) {
+            if (mxfp4_set_path(p.id) != p.id) continue;
+            for (int64_t j = 0; j < N; ++j) mxfp4_quantize_act(&x[j * K], &act[j * stride], K);
+            bool same = true;
+            for (int64_t n : {1, 2, 8, 9, 17}) {
+                const std::vector<float> reference_bits = run(packed_gemm, M, n, {0, M});
+                for (const std::vector<int64_t> & splits : {std::vector<int64_t>{0, M}, {0, 16, M}, {0, 48, 96, M}}) {
+                    same = same && same_bits(run(rows_gemm, M, n, splits), reference_bits, M * n);
+                }
+            }
+            check(same, std::string("mxfp4 ") + p.name + " from ggml's block rows (K " + std::to_string(K) +
+                            "), packed on the way, equals the packed kernel");
+        }
+    }
+    mxfp4_set_path(0);
+}
+
 // IEEE half -> double, for the float64 references.
 static double half_value(const uint8_t * p) {
     const int h = p[0] | p[1] << 8, e = (h >> 10) & 31, m = h & 1023;
@@ -488,6 +528,7 @@ int main() {
     check_bf16(rng);
     check_bf16_prompts(rng);
     check_bf16_rows(rng);
+    check_mxfp4_rows(rng);
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -1,0 +1,59 @@
+"""Loading a model whose weights our kernels read where its file is mapped (ASSISTANT_WEIGHTS=mapped).
+
+The file is read into the page cache in 2 MB pages before llama.cpp maps it. Every token streams the mapping: on 4 KB pages that is a page walk every 4 KB. Linux keeps a file in 2 MB pages (and maps
+them whole) only when they were read into the cache through a mapping that asked for huge pages; llama.cpp's own
+mapping asks for nothing. So the file is read here first, through such a mapping, and llama.cpp then maps the
+same pages whole. Pages already cached stay as they are; nothing changes where Linux cannot do this.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+from pathlib import Path
+
+from assistant.engine.gguf_header import read_header
+
+MADV_POPULATE_READ = 22  # Linux 5.14; the mmap module names it only from Python 3.13 on
+
+
+# What our kernels read in the mapping (BF16, MXFP4) and what llama.cpp reads there itself (vectors).
+READ_IN_PLACE = frozenset({"BF16", "MXFP4", "F32", "F16"})
+
+
+def weights_read_where_mapped() -> bool:
+    """Whether our kernels read weights in the file's mapping (the native library's own reading of the setting)."""
+    return os.environ.get("ASSISTANT_WEIGHTS", "packed") == "mapped"
+
+
+def without_extra_buffers(path: str | Path) -> bool:
+    """Whether llama.cpp's extra buffer types should hold none of this file's weights. They would copy MXFP4
+    matrices into ggml's own repacked layout (ours steps aside for them in this mode); for a file of other
+    types (Q8_0, K-quants) ours still packs those, so they stay on."""
+    return {tensor.type_name for tensor in read_header(path).tensors} <= READ_IN_PLACE
+
+
+def read_in_huge_pages(path: str | Path) -> bool:
+    """Reads ``path`` into the page cache through a mapping that asks for 2 MB pages; False where unsupported."""
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return False
+        with mmap.mmap(file.fileno(), size, prot=mmap.PROT_READ) as view:
+            try:
+                view.madvise(mmap.MADV_HUGEPAGE)
+                view.madvise(MADV_POPULATE_READ)
+            except OSError:  # an older kernel, or THP off
+                return False
+    return True
+
+
+def prepare_load(params, path: str | Path) -> None:
+    """Before llama.cpp loads ``path`` on this CPU with model parameters ``params``: where weights are read in
+    the mapping, the extra buffer types left off when they would copy, and the file read in huge pages."""
+    if weights_read_where_mapped():
+        params.use_extra_bufts = not without_extra_buffers(path)
+        read_in_huge_pages(path)
