@@ -20,8 +20,8 @@
 // ASSISTANT_WEIGHTS: unset or "packed" BF16 and MXFP4 matrices are repacked into our buffer as above; "mapped"
 //                     leaves them where llama.cpp put them (its mapping of the file: no copy, loading at the
 //                     speed of reading, pages shared with the page cache): bf16_gemm_rows reads BF16 rows
-//                     there, mxfp4_gemm_rows packs MXFP4 tiles on the way (where it can in vectors; else
-//                     MXFP4 stays packed at load).
+//                     there, mxfp4_gemm_rows MXFP4 block rows (on AVX-512; on other paths MXFP4 stays
+//                     packed at load).
 // ASSISTANT_ATTENTION: unset or "auto" our batch-invariant attention (attention.h) computes flash attention
 //                     over an f16 cache for batches below kAttentionQueries queries; "stock" leaves it to
 //                     llama.cpp; a path name ("scalar", "avx2", "avx512") forces a path.
@@ -88,7 +88,7 @@ struct Settings {
         const char * weights = std::getenv("ASSISTANT_WEIGHTS");
         const bool   mapped  = weights != nullptr && !std::strcmp(weights, "mapped");
         bf16_rows  = bf16 && mapped;
-        mxfp4_rows = mxfp4 && mapped && mxfp4_rows_packed_in_vectors();
+        mxfp4_rows = mxfp4 && mapped && mxfp4_rows_fast();
         if (weights != nullptr && *weights && std::strcmp(weights, "mapped") && std::strcmp(weights, "packed")) {
             std::fprintf(stderr, "assistant: ASSISTANT_WEIGHTS=%s not understood (packed or mapped); using packed\n", weights);
         }

@@ -49,14 +49,15 @@ void mxfp4_gemm(const void * packed, int64_t M, int64_t K, const void * act, siz
                 float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
 
 // The same product over ggml's block rows as a GGUF file holds them (M rows of K/32 blocks), so a model can run
-// from its file's mapping with no copy of its own: each thread packs about 256 KB of its tiles at a time into
-// a buffer of its own and runs mxfp4_gemm on it, so the bits are mxfp4_gemm's on mxfp4_pack's layout (batch
-// invariant, the same on every path). Row bounds as for mxfp4_gemm.
+// from its file's mapping with no copy of its own. On AVX-512 a batch of up to 8 columns reads each 16-row tile
+// straight from its rows (transposed in registers); larger batches, and every other path, pack about 256 KB of
+// tiles at a time into a buffer of the thread's own and run mxfp4_gemm on it. Either way the bits are
+// mxfp4_gemm's on mxfp4_pack's layout (batch invariant, the same on every path). Row bounds as for mxfp4_gemm.
 void mxfp4_gemm_rows(const void * blocks, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                      float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
-// Whether mxfp4_gemm_rows packs in vectors here (AVX2 and up); elsewhere it packs a byte at a time (correct,
-// too slow to choose).
-int mxfp4_rows_packed_in_vectors(void);
+// Whether mxfp4_gemm_rows runs near mxfp4_gemm's speed on this path (AVX-512 VNNI and AMX). Elsewhere it packs a
+// byte at a time: correct, too slow to choose.
+int mxfp4_rows_fast(void);
 
 #ifdef __cplusplus
 }

@@ -165,7 +165,7 @@ void check_mxfp4_rows(std::mt19937 & rng) {
                 }
             }
             check(same, std::string("mxfp4 ") + p.name + " from ggml's block rows (K " + std::to_string(K) +
-                            "), packed on the way, equals the packed kernel");
+                            ") equals the packed kernel");
         }
     }
     mxfp4_set_path(0);
