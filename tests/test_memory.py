@@ -1,5 +1,6 @@
 """What a model set needs in memory against what llama.cpp really takes, and the refusal of a set that does not fit."""
 
+import mmap
 import os
 import re
 import subprocess
@@ -150,3 +151,29 @@ def test_weights_our_kernels_repack_are_held_once(bench_gguf, kind):
     assert resident["auto", "mapped"] > 0.9 * size and resident.get(("stock", "packed"), size) > 0.9 * size, resident
     copied = size - kept  # what the packed buffer holds
     assert anonymous["auto", "packed"] - anonymous["auto", "mapped"] > 0.9 * copied, (anonymous, copied)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the page cache is Linux's")
+def test_mapped_weights_are_read_into_the_page_cache_first(bench_gguf, tmp_path):
+    """ASSISTANT_WEIGHTS=mapped: before llama.cpp maps a file, the loader reads it into the page cache (in 2 MB
+    pages where Linux allows), and a file cached whole already is left alone. A copy of the fixture is dropped
+    from the cache first, so the read is real."""
+    from assistant.engine import mapped_weights
+
+    path = tmp_path / "copy.gguf"
+    path.write_bytes(bench_gguf["target_bf16"].read_bytes())
+    libc = mapped_weights._libc()
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        size = path.stat().st_size
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, file.fileno(), 0)
+        try:
+            before = mapped_weights.cached_whole(libc, address, size)
+            assert mapped_weights.read_in_huge_pages(path)
+            after = mapped_weights.cached_whole(libc, address, size)
+        finally:
+            libc.munmap(address, size)
+    assert not before and after
+    assert mapped_weights.without_extra_buffers(bench_gguf["target_bf16"])
+    assert mapped_weights.without_extra_buffers(bench_gguf["target_mxfp4"])
