@@ -177,3 +177,22 @@ def test_mapped_weights_are_read_into_the_page_cache_first(bench_gguf, tmp_path)
     assert not before and after
     assert mapped_weights.without_extra_buffers(bench_gguf["target_bf16"])
     assert mapped_weights.without_extra_buffers(bench_gguf["target_mxfp4"])
+
+
+CHOOSE = ("import os, sys\nfrom assistant.engine.mapped_weights import choose_for\nchoose_for(sys.argv[1:])\n"
+          "print(os.environ['ASSISTANT_WEIGHTS'])")
+
+
+def test_weights_are_read_where_mapped_when_the_files_and_a_copy_would_not_fit(bench_gguf):
+    """Unset, ASSISTANT_WEIGHTS follows the memory: a set whose files and a packed copy of them fit together is
+    copied (faster prompts), one where they do not is read where mapped (its files can then stay in the page
+    cache between starts); the user's own setting is kept either way."""
+    files = [bench_gguf["target_bf16"], bench_gguf["target_mxfp4"]]
+    total = sum(path.stat().st_size for path in files)
+    base = {key: value for key, value in os.environ.items() if key != "ASSISTANT_WEIGHTS"}
+    for available, setting, expected in ((3 * total, None, "packed"), (total * 3 // 2, None, "mapped"),
+                                         (total * 3 // 2, "packed", "packed")):
+        env = {**base, "ASSISTANT_MEMORY_AVAILABLE": str(available), **({"ASSISTANT_WEIGHTS": setting} if setting else {})}
+        chosen = subprocess.run([sys.executable, "-c", CHOOSE, *map(str, files)], capture_output=True, text=True,
+                                env=env, check=True).stdout.strip()
+        assert chosen == expected, (available, setting, chosen)

@@ -44,9 +44,12 @@ class Pipeline:
         machine, the rest stays here; ``progress(done_bytes, total_bytes)`` follows the weights as they load.
         """
         from assistant.engine import Model, default_threads
+        from assistant.engine.mapped_weights import choose_for
         from assistant.speculative.vocab import shared_vocab_size
 
         entries = _entries(source, levels)
+        local = entries[1:] if target_rpc or getattr(source, "target_rpc", None) else entries
+        choose_for([path for _, path in local])
         if hasattr(source, "check_fresh"):  # a draft made from an earlier target would no longer track it
             source.first(len(entries)).check_fresh()
         target_rpc = target_rpc or getattr(source, "target_rpc", None)
