@@ -159,3 +159,17 @@ def test_missing_model_file_is_a_problem_and_exit_code(tmp_path):
     result = doctor()
     assert result.returncode == 1
     assert f"problem: model set 'broken': {missing} is missing" in result.stdout
+
+
+def test_each_set_says_where_its_weights_will_be_read(bench_gguf):
+    """Unset, ASSISTANT_WEIGHTS follows the memory (engine/mapped_weights.py): doctor says per set whether its
+    weights will be copied into our layout or read where the files are mapped, and why."""
+    levels = [modelsets.Level("target", bench_gguf["target_bf16"]), modelsets.Level("mxfp4", bench_gguf["target_mxfp4"])]
+    modelsets.register("mini", levels)
+    files = sum(level.path.stat().st_size for level in levels)
+    env = {key: value for key, value in os.environ.items() if key != "ASSISTANT_WEIGHTS"}
+    for available, expected in ((4 * files, "copied into our kernels' layout (the files and a copy fit together)"),
+                                (files * 3 // 2, "read where the files are mapped (the files and a copy would not fit")):
+        result = subprocess.run([sys.executable, "-m", "assistant", "doctor"], capture_output=True, text=True,
+                                env={**env, "ASSISTANT_MEMORY_AVAILABLE": str(available)}, timeout=300)
+        assert expected in line(result.stdout, "  weights"), result.stdout

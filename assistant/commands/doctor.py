@@ -36,6 +36,7 @@ def run(args) -> int:
     from assistant import home, modelsets
     from assistant.diskspace import format_size
     from assistant.engine import memory
+    from assistant.engine.mapped_weights import default_mode
 
     problems: list[str] = []
     warnings: list[str] = []
@@ -114,6 +115,11 @@ def run(args) -> int:
             need, alone = (memory.set_need(chosen, memory.DEFAULT_CTX) for chosen in (paths, paths[:1]))
             row("  memory", f"needs {format_size(need)} at {memory.DEFAULT_CTX} tokens of context "
                 f"({format_size(alone)} for the target alone)")
+            mode = os.environ.get("ASSISTANT_WEIGHTS") or default_mode(paths)
+            row("  weights", ("read where the files are mapped" if mode == "mapped" else "copied into our kernels' "
+                              "layout") + (" (ASSISTANT_WEIGHTS)" if os.environ.get("ASSISTANT_WEIGHTS") else
+                                           " (the files and a copy would not fit together)" if mode == "mapped" else
+                                           " (the files and a copy fit together)"))
             if need > available:
                 warnings.append(f"model set {model_set.name!r} needs {format_size(need)} of memory at "
                                 f"{memory.DEFAULT_CTX} tokens, {format_size(available)} is free: it loads with a "

@@ -33,12 +33,15 @@ def choose_for(paths) -> None:
     (the 7B shape on 24 GiB: 21 s against 1-3 s mapped); where they fit, the copy's faster prompts and
     verification batches are worth its few seconds. The native library reads the setting once, when llama.cpp
     starts; after that nothing changes here."""
-    if "ASSISTANT_WEIGHTS" in os.environ or "llama_cpp" in sys.modules:
-        return
+    if "ASSISTANT_WEIGHTS" not in os.environ and "llama_cpp" not in sys.modules:
+        os.environ["ASSISTANT_WEIGHTS"] = default_mode(paths)
+
+
+def default_mode(paths) -> str:
+    """"mapped" or "packed" for model files ``paths``, as choose_for decides it."""
     from assistant.engine.memory import available_memory
 
-    files = sum(Path(path).stat().st_size for path in paths)
-    os.environ["ASSISTANT_WEIGHTS"] = "mapped" if 2 * files > available_memory() else "packed"
+    return "mapped" if 2 * sum(Path(path).stat().st_size for path in paths) > available_memory() else "packed"
 
 
 def weights_read_where_mapped() -> bool:
