@@ -1091,6 +1091,9 @@ bool & forced() {
 // one column (one waited on the multiply-add's latency); each (row, column) has its own lanes, so the bits
 // depend on neither N nor the split. They differ from the packed layout's, whose lanes are rows.
 constexpr int kLanes = 16;
+// Batches up to this many columns run the row kernels (their bits); beyond, each tile is packed on the way. Short
+// prompts ran 1.5x faster so than packed on the way (27 and 64 tokens on the 7B shape: notes/loading.md).
+constexpr int64_t kRowsColumns = 64;
 
 inline float fold_lanes(float * s) {
     for (int h = kLanes / 2; h >= 1; h /= 2) {
@@ -1487,7 +1490,7 @@ void bf16_gemm_rows(const uint16_t * rows, int64_t M, int64_t K, const void * ac
                     float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end) {
     row_end = std::min(row_end, M);
     const int path = current();
-    if (N > 16 || path == BF16_PATH_AMX) {
+    if (N > kRowsColumns || path == BF16_PATH_AMX) {
         // Prompts and AMX take the packed kernels (their bits are the packed layout's): each thread packs a
         // tile (AMX) or about 1 MB of tiles (a prompt, so that its activation panels are packed once for
         // many tiles) into a buffer of its own before using it.
@@ -1502,7 +1505,7 @@ void bf16_gemm_rows(const uint16_t * rows, int64_t M, int64_t K, const void * ac
         }
         return;
     }
-    Column cols[16];
+    Column cols[kRowsColumns];
     for (int64_t j = 0; j < N; ++j) cols[j] = column(act, act_stride, j, K);
 #ifdef BF16_X86
     if ((path == BF16_PATH_AVX512 || path == BF16_PATH_AVX512_BF16) && N > 1 && N * K * 2 > kChunkFrom) {

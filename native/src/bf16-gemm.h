@@ -51,10 +51,10 @@ void bf16_gemm(const void * packed, int64_t M, int64_t K, const void * act, size
                float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
 
 // The same product over the weights as a GGUF file holds them (row-major, M rows of K values), so a model can
-// run from its file's mapping with no copy of its own. Up to 16 columns on the widening and vdpbf16ps paths,
+// run from its file's mapping with no copy of its own. Up to 64 columns on the widening and vdpbf16ps paths,
 // each row's values are read as they lie, with bits of their own (batch invariant, and the scalar, AVX2,
-// AVX-512 and NEON paths agree bit for bit); prompts and AMX pack each tile into a buffer of the thread's own
-// just before use, and their bits equal bf16_gemm's on bf16_pack's layout.
+// AVX-512 and NEON paths agree bit for bit); longer prompts and AMX pack each tile into a buffer of the
+// thread's own just before use, and their bits equal bf16_gemm's on bf16_pack's layout.
 void bf16_gemm_rows(const uint16_t * rows, int64_t M, int64_t K, const void * act, size_t act_stride, int64_t N,
                     float * dst, int64_t dst_stride, int64_t row_begin, int64_t row_end);
 
