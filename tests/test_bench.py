@@ -602,6 +602,7 @@ def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):
             assert result[f"target_{state}_{weights}"]["new_tokens"] == 4
     assert result["chain_packed"]["peak_rss_bytes"] > result["file_bytes"]["target"]
     assert summary["chain_load_over_read"] > 0 and summary["chain_load_over_read_mapped"] > 0
+    assert summary["chain_load_over_read_cold"] > 0 and summary["chain_load_over_read_cold_mapped"] > 0
     assert summary["decode_over_light"] > 0 and summary["decode_over_light_mapped"] > 0
     assert summary["target_verify_16_over_1"] > 0 and summary["load_over_read_warm_mapped"] > 0
     for key in ("target_ours", "target_ours-mapped", "target_stock", "mxfp4_ours", "mxfp4_stock"):
@@ -609,4 +610,4 @@ def test_the_large_workload_reports_loading_memory_and_decoding(tmp_path):
     text = large.markdown(result)
     assert "| loading it |" in text and "Mapped weights (ASSISTANT_WEIGHTS=mapped)" in text
     assert text.count("of the speed of light") == 2 and "| target, ours-mapped |" in text
-    assert text.count("x reading them, decoding") == 2
+    assert text.count("x reading them, ") == 2 and text.count(" s cold, ") == 2

@@ -146,10 +146,17 @@ def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, thr
             say(f"[bench] 7b: loading the target alone ({state}, {weights} weights) and decoding {tokens} tokens")
             result[f"target_{state}_{weights}"] = probe([target], tokens, threads, env)
     for weights, env in WEIGHTS.items():
-        say(f"[bench] 7b: loading the target and its MXFP4 copy ({weights} weights)")
-        warm_up([target, copy])
-        result[f"read_seconds_set_{weights}"] = read_seconds([target, copy])
-        result[f"chain_{weights}"] = probe([target, copy], tokens, threads, env)
+        for state in ("cold", "warm"):  # keys without the state are the warm ones
+            say(f"[bench] 7b: loading the target and its MXFP4 copy ({state}, {weights} weights)")
+            key = weights if state == "warm" else f"cold_{weights}"
+            if state == "cold":
+                drop_from_cache(target), drop_from_cache(copy)
+            else:
+                warm_up([target, copy])
+            result[f"read_seconds_set_{key}"] = read_seconds([target, copy])
+            if state == "cold":
+                drop_from_cache(target), drop_from_cache(copy)
+            result[f"chain_{key}"] = probe([target, copy], tokens, threads, env)
     light = bandwidth_gbps * 1e9 / bytes_per_token(read_header(target)) if bandwidth_gbps else None
     result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light  # reads only
     for role, path in (("target", target), ("mxfp4", copy)):
@@ -180,6 +187,8 @@ def summary(result: dict) -> dict:
         out[f"target_peak_over_file{tail}"] = warm["peak_rss_bytes"] / sizes["target"]
         out[f"chain_peak_over_files{tail}"] = chain["peak_rss_bytes"] / (sizes["target"] + sizes["mxfp4"])
         out[f"chain_load_over_read{tail}"] = chain["load_seconds"] / result[f"read_seconds_set_{weights}"]
+        out[f"chain_load_over_read_cold{tail}"] = (result[f"chain_cold_{weights}"]["load_seconds"]
+                                                   / result[f"read_seconds_set_cold_{weights}"])
         for state in ("cold", "warm"):
             out[f"load_over_read_{state}{tail}"] = (result[f"target_{state}_{weights}"]["load_seconds"]
                                                     / result[f"read_seconds_{state}_{weights}"])
@@ -217,7 +226,8 @@ def markdown(result: dict) -> str:
             f"{weights.capitalize()} weights (ASSISTANT_WEIGHTS={weights}): peak RSS target alone "
             f"{gb(warm['peak_rss_bytes'])} ({s['target_peak_over_file' + tail]:.2f}x its file), target + MXFP4 copy "
             f"{gb(chain['peak_rss_bytes'])} ({s['chain_peak_over_files' + tail]:.2f}x the files, loaded in "
-            f"{chain['load_seconds']:.1f} s warm, {s['chain_load_over_read' + tail]:.2f}x reading them, decoding "
+            f"{chain['load_seconds']:.1f} s warm, {s['chain_load_over_read' + tail]:.2f}x reading them, "
+            f"{result['chain_cold_' + weights]['load_seconds']:.1f} s cold, {s['chain_load_over_read_cold' + tail]:.2f}x, decoding "
             f"{chain['decode_tokens_per_second']:.2f} tokens/s); decoding (target alone) {warm['decode_tokens_per_second']:.2f} tokens/s"
             + (f", {s['decode_over_light' + tail]:.2f} of the speed of light "
                f"({result['speed_of_light_tokens_per_second']:.2f})." if s.get("decode_over_light" + tail) else "."))
