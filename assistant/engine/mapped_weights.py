@@ -41,7 +41,8 @@ def default_mode(paths) -> str:
     """"mapped" or "packed" for model files ``paths``, as choose_for decides it."""
     from assistant.engine.memory import available_memory
 
-    return "mapped" if 2 * sum(Path(path).stat().st_size for path in paths) > available_memory() else "packed"
+    files = sum(Path(path).stat().st_size for path in paths if Path(path).is_file())  # a missing one: said later
+    return "mapped" if 2 * files > available_memory() else "packed"
 
 
 def weights_read_where_mapped() -> bool:
