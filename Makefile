@@ -17,7 +17,7 @@ test: setup $(VENV)/.test-extras
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Our package's bytecode, compiled ahead: where PYTHONDONTWRITEBYTECODE is set (containers, CI) Python would
-# otherwise compile every module at every start (about a tenth of `generate -n 1`'s wall time on the demo set).
+# otherwise compile every module at every start (notes/loading.md).
 setup: $(VENV)/.installed $(VENV)/.demo-model native
 	$(PY) -m compileall -q assistant
 

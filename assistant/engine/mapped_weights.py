@@ -17,7 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-
 from assistant.engine.gguf_header import read_header
 
 HUGE_PAGE = 2 << 20
@@ -30,8 +29,8 @@ def choose_for(paths) -> None:
     """Where the user has not set ASSISTANT_WEIGHTS: "mapped" when the model files and a copy of them would not
     fit in the memory available together, else "packed". A copy is rebuilt at every start, so where both do not
     fit, the files cannot stay in the page cache between starts and every start reads them from the disk again
-    (the 7B shape on 24 GiB: 21 s against 1-3 s mapped); where they fit, the copy's faster prompts and
-    verification batches are worth its few seconds. The native library reads the setting once, when llama.cpp
+    (notes/loading.md); where they fit, the copy's faster prompts and verification batches are worth its few
+    seconds. The native library reads the setting once, when llama.cpp
     starts; after that nothing changes here."""
     if "ASSISTANT_WEIGHTS" not in os.environ and "llama_cpp" not in sys.modules:
         os.environ["ASSISTANT_WEIGHTS"] = default_mode(paths)
@@ -61,15 +60,15 @@ def _libc():
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    for name in ("munmap", "madvise", "mincore"):
-        getattr(libc, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t] + ([ctypes.c_int] if name == "madvise" else
-                                                                               [ctypes.c_void_p] if name == "mincore" else [])
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     return libc
 
 
 def cached_whole(libc, address: int, size: int) -> bool:
     """Whether a page in every 2 MB of the mapping at ``address`` is in the page cache (a sample: asking for
-    every 4 KB page of 15 GB takes a quarter of a second)."""
+    every 4 KB page of a large file takes far longer)."""
     page = ctypes.c_ubyte()
     for offset in [*range(0, size, HUGE_PAGE), size - 1]:
         start = offset // mmap.PAGESIZE * mmap.PAGESIZE

@@ -1092,7 +1092,7 @@ bool & forced() {
 // depend on neither N nor the split. They differ from the packed layout's, whose lanes are rows.
 constexpr int kLanes = 16;
 // Batches up to this many columns run the row kernels (their bits); beyond, each tile is packed on the way. Short
-// prompts ran 1.5x faster so than packed on the way (27 and 64 tokens on the 7B shape: notes/loading.md).
+// prompts ran faster so than packed on the way (notes/loading.md).
 constexpr int64_t kRowsColumns = 64;
 
 inline float fold_lanes(float * s) {

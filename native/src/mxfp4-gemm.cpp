@@ -699,7 +699,7 @@ const RowsFn kRowsAvx512Alone[kAlone] = {rows_avx512<1, true>, rows_avx512<2, tr
 #endif
 
 // Whether this path reads block rows near the speed of its packed tiles: AVX-512 (RowBlocks). Elsewhere
-// mxfp4_gemm_rows packs a byte at a time (correct; 2.3x slower than packed at one column on the AVX2 path).
+// mxfp4_gemm_rows packs a byte at a time: correct, much slower than packed (notes/kernels.md).
 bool rows_fast() { return current() == MXFP4_PATH_AVX512_VNNI || current() == MXFP4_PATH_AMX; }
 
 // Rows [0, R) of ggml's block rows packed into tiles: whole tiles in vectors on AVX-512, a last short tile
