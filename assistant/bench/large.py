@@ -53,10 +53,11 @@ def prepare(cache: Path, shape=None, say=print) -> dict[str, Path]:
     return files
 
 
-def drop_from_cache(path: Path) -> None:
-    """Evict a file's pages from the page cache (no privilege needed), so the next read comes from the disk."""
-    with open(path, "rb") as handle:
-        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+def drop_from_cache(*paths: Path) -> None:
+    """Evict files' pages from the page cache (no privilege needed), so the next read comes from the disk."""
+    for path in paths:
+        with open(path, "rb") as handle:
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def warm_up(paths) -> None:
@@ -150,12 +151,12 @@ def run(files: dict[str, Path], bin_dir: Path, bandwidth_gbps: float | None, thr
             say(f"[bench] 7b: loading the target and its MXFP4 copy ({state}, {weights} weights)")
             key = weights if state == "warm" else f"cold_{weights}"
             if state == "cold":
-                drop_from_cache(target), drop_from_cache(copy)
+                drop_from_cache(target, copy)
             else:
                 warm_up([target, copy])
             result[f"read_seconds_set_{key}"] = read_seconds([target, copy])
             if state == "cold":
-                drop_from_cache(target), drop_from_cache(copy)
+                drop_from_cache(target, copy)
             result[f"chain_{key}"] = probe([target, copy], tokens, threads, env)
     light = bandwidth_gbps * 1e9 / bytes_per_token(read_header(target)) if bandwidth_gbps else None
     result["bandwidth_gbps"], result["speed_of_light_tokens_per_second"] = bandwidth_gbps, light  # reads only

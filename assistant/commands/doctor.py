@@ -115,11 +115,12 @@ def run(args) -> int:
             need, alone = (memory.set_need(chosen, memory.DEFAULT_CTX) for chosen in (paths, paths[:1]))
             row("  memory", f"needs {format_size(need)} at {memory.DEFAULT_CTX} tokens of context "
                 f"({format_size(alone)} for the target alone)")
-            mode = os.environ.get("ASSISTANT_WEIGHTS") or default_mode(paths)
-            row("  weights", ("read where the files are mapped" if mode == "mapped" else "copied into our kernels' "
-                              "layout") + (" (ASSISTANT_WEIGHTS)" if os.environ.get("ASSISTANT_WEIGHTS") else
-                                           " (the files and a copy would not fit together)" if mode == "mapped" else
-                                           " (the files and a copy fit together)"))
+            chosen = os.environ.get("ASSISTANT_WEIGHTS")
+            mode = chosen or default_mode(paths)
+            where = "read where the files are mapped" if mode == "mapped" else "copied into our kernels' layout"
+            why = "ASSISTANT_WEIGHTS" if chosen else (
+                "the files and a copy would not fit together" if mode == "mapped" else "the files and a copy fit together")
+            row("  weights", f"{where} ({why})")
             if need > available:
                 warnings.append(f"model set {model_set.name!r} needs {format_size(need)} of memory at "
                                 f"{memory.DEFAULT_CTX} tokens, {format_size(available)} is free: it loads with a "
